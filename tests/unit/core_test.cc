@@ -1,0 +1,205 @@
+// Unit tests for libfycore.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "core/buffer.h"
+#include "core/config.h"
+#include "core/crypto.h"
+#include "core/json.h"
+#include "core/net.h"
+#include "core/stamp.h"
+#include "core/text.h"
+#include "core/clock.h"
+
+using namespace fy;
+
+TEST_CASE("hmac_sha256 matches RFC 4231 test case 2") {
+  auto d = hmac_sha256("Jefe", "what do ya want for nothing?");
+  CHECK(hex(d) == "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+}
+
+TEST_CASE("hex round trip and constant-time compare") {
+  CHECK(unhex("00ff10") == std::string("\x00\xff\x10", 3));
+  CHECK_FALSE(unhex("0g").has_value());
+  CHECK_FALSE(unhex("abc").has_value());
+  CHECK(ct_equal("abc", "abc"));
+  CHECK_FALSE(ct_equal("abc", "abd"));
+  CHECK_FALSE(ct_equal("abc", "ab"));
+  CHECK(base64_decode(base64_encode("fy-build:s3cret")) == std::string("fy-build:s3cret"));
+  CHECK(base64url_encode("\xfb\xff") == "-_8");
+}
+
+TEST_CASE("iso8601 formats and parses UTC timestamps") {
+  CHECK(iso8601_utc(0) == "1970-01-01T00:00:00+00:00");
+  CHECK(iso8601_utc(1758535260123, true) == "2025-09-22T10:01:00.123+00:00");
+  CHECK(iso8601_utc(1758535260123, true, true) == "2025-09-22T10:01:00.123Z");
+  CHECK(parse_iso8601("2025-09-22T10:01:00+00:00") == 1758535260000);
+  CHECK(parse_iso8601("2025-09-22T10:01:00.5Z") == 1758535260500);
+  CHECK(parse_iso8601("2025-09-22T12:01:00+02:00") == 1758535260000);
+  CHECK_FALSE(parse_iso8601("2025-09-22T10:01:00").has_value());  // naive
+  CHECK_FALSE(parse_iso8601("2025-13-22T10:01:00Z").has_value());
+  CHECK_FALSE(parse_iso8601("garbage").has_value());
+}
+
+TEST_CASE("json strings are escaped and always valid UTF-8") {
+  std::string out;
+  json_append_string(out, "a\"b\\c\nd\x01");
+  CHECK(out == R"("a\"b\\c\nd\u0001")");
+  out.clear();
+  json_append_string(out, "caf\xc3\xa9 \xff\xfe");
+  CHECK(out == "\"caf\xc3\xa9 \xEF\xBF\xBD\xEF\xBF\xBD\"");
+  out.clear();
+  JsonObject(out).str("k", "v").num("n", -3).boolean("b", true).close();
+  CHECK(out == R"({"k":"v","n":-3,"b":true})");
+}
+
+TEST_CASE("hosts are normalized and authorities parsed") {
+  CHECK(*normalize_host("Example.COM.") == "example.com");
+  CHECK_FALSE(normalize_host("exa mple.com").ok());
+  CHECK_FALSE(normalize_host("a..b").ok());
+  CHECK(*normalize_host("0:0::1") == "::1");
+
+  auto hp = parse_authority("Example.com:8443", 443);
+  REQUIRE(hp.ok());
+  CHECK(hp->host == "example.com");
+  CHECK(hp->port == 8443);
+  CHECK(hp->key(443) == "example.com:8443");
+
+  hp = parse_authority("[2001:DB8::1]:443", 0);
+  REQUIRE(hp.ok());
+  CHECK(hp->host == "2001:db8::1");
+  CHECK(hp->authority() == "[2001:db8::1]:443");
+  CHECK(hp->key(443) == "[2001:db8::1]");
+
+  CHECK(parse_authority("example.com", 80)->port == 80);
+  CHECK_FALSE(parse_authority("example.com", 0).ok());
+  CHECK_FALSE(parse_authority("example.com:0", 443).ok());
+  CHECK_FALSE(parse_authority("example.com:65536", 443).ok());
+  CHECK_FALSE(parse_authority("2001:db8::1", 443).ok());  // needs brackets
+  CHECK_FALSE(parse_authority("[2001:db8::1", 443).ok());
+  CHECK_FALSE(parse_authority("user@example.com", 443).ok());
+}
+
+TEST_CASE("string helpers") {
+  CHECK(iequals("Connection", "connection"));
+  CHECK(list_has_token("keep-alive, Upgrade", "upgrade"));
+  CHECK_FALSE(list_has_token("keep-alive", "close"));
+  CHECK(parse_u64("18446744073709551615") == UINT64_MAX);
+  CHECK_FALSE(parse_u64("18446744073709551616").has_value());
+  CHECK_FALSE(parse_u64("+1").has_value());
+  CHECK(split_list(" a, ,b ,").size() == 2);
+}
+
+namespace {
+const std::string kKey(32, '\x42');
+stamp::Fields sample() {
+  stamp::Fields f;
+  f.src = "10.89.1.2";
+  f.net = "podman1";
+  f.seq = 42;
+  f.boot = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0";
+  return f;
+}
+}  // namespace
+
+TEST_CASE("stamp round trip, tamper and key checks") {
+  std::string v = stamp::format(sample(), kKey);
+  CHECK(v.rfind("v=1;src=10.89.1.2;net=podman1;seq=42;boot=", 0) == 0);
+  auto f = stamp::verify(v, kKey);
+  REQUIRE(f.ok());
+  CHECK(f->src == "10.89.1.2");
+  CHECK(f->seq == 42);
+  CHECK(f->who.empty());
+
+  // Any changed byte breaks the MAC.
+  std::string t = v;
+  t[9] = '9';
+  CHECK_FALSE(stamp::verify(t, kKey).ok());
+  CHECK_FALSE(stamp::verify(v, std::string(32, '\x43')).ok());
+  CHECK_FALSE(stamp::verify(v + " ", kKey).ok());
+  CHECK_FALSE(stamp::verify("v=1;src=10.0.0.1", kKey).ok());
+  CHECK(stamp::is_stamp_header("fy-STAMP"));
+
+  auto g = sample();
+  g.who = "container:" + std::string(64, 'a');
+  auto gv = stamp::verify(stamp::format(g, kKey), kKey);
+  REQUIRE(gv.ok());
+  CHECK(gv->who == g.who);
+}
+
+TEST_CASE("stamp test vector from docs/stamp.md") {
+  // Key = 32 bytes 0x00..0x1f. If this changes, docs/stamp.md must change too.
+  std::string key;
+  for (int i = 0; i < 32; ++i) key += static_cast<char>(i);
+  auto f = sample();
+  std::string v = stamp::format(f, key);
+  std::string msg = "fy-stamp\nv=1;src=10.89.1.2;net=podman1;seq=42;boot=" + f.boot;
+  CHECK(v == msg.substr(9) + ";mac=" + hex(hmac_sha256(key, msg)));
+  CHECK(stamp::verify(v, key).ok());
+}
+
+TEST_CASE("replay guard accepts each sequence once") {
+  stamp::ReplayGuard g;
+  CHECK(g.accept("b1", 1));
+  CHECK_FALSE(g.accept("b1", 1));
+  CHECK(g.accept("b1", 3));
+  CHECK(g.accept("b1", 2));  // late but inside the window
+  CHECK_FALSE(g.accept("b1", 2));
+  CHECK(g.accept("b2", 1));  // another boot has its own space
+  CHECK(g.accept("b1", 1 + stamp::ReplayGuard::kWindow * 2));
+  CHECK_FALSE(g.accept("b1", 5));  // now older than the window
+}
+
+TEST_CASE("write queue shares chunks and copies generated bytes") {
+  {
+    ChunkRef c = ChunkPool::alloc();
+    memcpy(c->data(), "hello world", 11);
+    WriteQueue q;
+    q.push_copy("GET ");
+    q.push(c, c->data(), 5);
+    q.push(c, c->data() + 5, 6);  // adjacent: merged
+    CHECK(q.bytes() == 15);
+    uv_buf_t bufs[4];
+    REQUIRE(q.peek(bufs, 4) == 2);
+    CHECK(std::string(bufs[1].base, bufs[1].len) == "hello world");
+    q.consume(6);
+    REQUIRE(q.peek(bufs, 4) == 1);
+    CHECK(std::string(bufs[0].base, bufs[0].len) == "llo world");
+    CHECK(c->refs() == 2);
+    q.clear();
+    CHECK(c.unique());
+  }
+  CHECK(ChunkPool::live() == 0);
+}
+
+TEST_CASE("config: values, file:line errors and unknown keys") {
+  auto doc = cfg::Doc::parse(
+      "port = 8080\nname = 3\n[limits]\nmax = 5\ntypo = 1\n[[grant]]\nhost = \"a.b\"\n"
+      "when = 2026-11-29T21:30:00Z\n",
+      "test.toml");
+  REQUIRE(doc.ok());
+  auto root = doc->root();
+  CHECK(root.integer("port", 1, 65535) == 8080);
+  CHECK_FALSE(root.string("name").has_value());
+  auto lim = root.table("limits");
+  REQUIRE(lim.has_value());
+  CHECK(lim->integer("max", 0, 4) == std::nullopt);  // out of range
+  lim->finish();
+  auto grants = root.tables("grant");
+  REQUIRE(grants.size() == 1);
+  CHECK(grants[0].string("host") == "a.b");
+  CHECK(grants[0].timestamp_ms("when") == parse_iso8601("2026-11-29T21:30:00Z"));
+  grants[0].finish();
+  root.finish();
+  auto r = doc->result();
+  REQUIRE_FALSE(r.ok());
+  const std::string& m = r.error().message;
+  CHECK(m.find("test.toml:2:8: name: expected a string") != std::string::npos);
+  CHECK(m.find("out of range") != std::string::npos);
+  CHECK(m.find("test.toml:5:8: unknown key 'typo' in [limits]") != std::string::npos);
+
+  auto bad = cfg::Doc::parse("a = [1,\n", "bad.toml");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().message.rfind("bad.toml:", 0) == 0);
+}
