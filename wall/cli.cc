@@ -1,0 +1,608 @@
+#include "wall/cli.h"
+
+#include <fmt/format.h>
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/text.h"
+#include "wall/config.h"
+#include "wall/nft.h"
+#include "wall/render.h"
+#include "wall/routes.h"
+#include "wall/system.h"
+
+namespace fy::wall {
+namespace {
+
+constexpr const char* kVersion = "0.1.0";
+
+constexpr const char* kHelp = R"(fy-wall — foldyard's nftables walls, applied atomically with libnftables.
+
+usage: fy-wall <command> <wall> [options]
+
+commands:
+  render   print the ruleset the config renders (needs no privileges)
+  apply    replace the wall's tables whole, in one transaction, and for the
+           guard set its policy routes; with --check, validate only
+  remove   delete the wall's tables (and the guard's policy routes)
+  status   is each table present and equal to the rendered one? and the
+           newest deny lines of the kernel log
+
+walls:
+  machine  inet fy_wall + ip6 fy_wall6: the guest's egress wall
+  guard    ip fy_guard + uid-scoped policy routes: the forwarder's table
+  host     inet fy_host_wall_<vm>: the per-VM wall on a Linux host
+
+options:
+  --config FILE          TOML config with [machine], [guard] and/or [host]
+  --user NAME|UID        the walled user (machine, guard); default FY_WALL_UID,
+                         then SUDO_UID
+  --gateway IPV4         the host gateway (machine, guard)
+  --ports LIST           port bands, e.g. 41000-41089,41100-41189
+  --resolvers LIST       where DNS may go (machine); default the private ranges
+  --forward-allow LIST   what the forward chain admits (machine); same default
+  --subuid-file FILE     the subuid database (default /etc/subuid)
+  --listener IPV4        the forwarder's VM listener (guard; default 127.42.0.1)
+  --route-table N        the guard's routing table (default 4747)
+  --rule-priority N      the guard's policy rule priority (default 4747)
+  --vm NAME              the VM (host)
+  --cgroup PATH          the VM's slice below the cgroup2 root (host)
+  --proxy-port-base N    the port in the ct mark (host; default the lowest port)
+  --check                with apply: check config and transaction, change nothing
+  --log-lines N          with status: deny lines to print (default 5)
+  -h, --help             this text
+  --version              the version
+
+Flags override the config file's values. `status` with neither --config nor
+value flags reports only whether the tables are present.
+
+exit codes:
+  0  done; status: every table present and as rendered
+  1  status: a table is absent or differs — the wall is NOT enforcing as configured
+  2  usage: an unknown command, wall or option
+  3  refused input: a bad config or flag value (the message says where)
+  4  the system refused: the kernel, netlink, permissions, a missing cgroup
+
+See docs/fy-wall.md.
+)";
+
+struct Options {
+  std::string command;
+  std::optional<Wall> wall;
+  std::optional<std::string> config;
+  Flags flags;
+  bool check = false;
+  size_t log_lines = 5;
+};
+
+class Cli {
+ public:
+  Cli(FILE* out, FILE* err) : out_(out), err_(err) {}
+
+  int run(int argc, char** argv);
+
+ private:
+  int fail(int code, std::string_view msg) {
+    // Every line of a multi-line message is kept; the first carries the mark.
+    fmt::print(err_, "✗ {}\n", msg);
+    return code;
+  }
+  int fail(const Error& e) { return fail(exit_for(e), e.message); }
+  static int exit_for(const Error& e) {
+    switch (e.code) {
+      case Errc::invalid_argument:
+      case Errc::parse:
+        return kExitBadInput;
+      case Errc::not_found:
+        // A user with no passwd entry, a missing config file: the operator's
+        // input. A missing cgroup is reported as Errc::not_found too but
+        // comes from the system; callers map that one themselves.
+        return kExitBadInput;
+      default:
+        return kExitSystem;
+    }
+  }
+
+  int parse_args(int argc, char** argv);
+  Result<Settings> settings();
+  int cmd_render();
+  int cmd_apply();
+  int cmd_remove();
+  int cmd_status();
+  int status_tables(Nft& nft, const std::vector<TableRef>& tables,
+                    const std::optional<std::string>& rendered, bool* all_good);
+
+  FILE* out_;
+  FILE* err_;
+  Options o_;
+};
+
+int Cli::parse_args(int argc, char** argv) {
+  std::vector<std::string> positional;
+  for (int i = 1; i < argc; ++i) {
+    std::string_view a = argv[i];
+    if (a == "-h" || a == "--help") {
+      o_.command = "help";
+      return kExitOk;
+    }
+    if (a == "--version") {
+      o_.command = "version";
+      return kExitOk;
+    }
+    if (a == "--check") {
+      o_.check = true;
+      continue;
+    }
+    if (!a.starts_with("-")) {
+      positional.emplace_back(a);
+      continue;
+    }
+    std::string name(a), value;
+    bool have_value = false;
+    if (size_t eq = a.find('='); eq != std::string_view::npos) {
+      name = std::string(a.substr(0, eq));
+      value = std::string(a.substr(eq + 1));
+      have_value = true;
+    }
+    std::optional<std::string>* slot = nullptr;
+    Flags& f = o_.flags;
+    std::optional<std::string> log_lines;
+    if (name == "--config") slot = &o_.config;
+    else if (name == "--user") slot = &f.user;
+    else if (name == "--gateway") slot = &f.gateway;
+    else if (name == "--ports") slot = &f.ports;
+    else if (name == "--resolvers") slot = &f.resolvers;
+    else if (name == "--forward-allow") slot = &f.forward_allow;
+    else if (name == "--subuid-file") slot = &f.subuid_file;
+    else if (name == "--listener") slot = &f.listener;
+    else if (name == "--route-table") slot = &f.route_table;
+    else if (name == "--rule-priority") slot = &f.rule_priority;
+    else if (name == "--vm") slot = &f.vm;
+    else if (name == "--cgroup") slot = &f.cgroup;
+    else if (name == "--proxy-port-base") slot = &f.proxy_port_base;
+    else if (name == "--log-lines") slot = &log_lines;
+    else return fail(kExitUsage, fmt::format("unknown option '{}' — see fy-wall --help", name));
+    if (!have_value) {
+      if (i + 1 >= argc) {
+        return fail(kExitUsage, fmt::format("{} needs a value — see fy-wall --help", name));
+      }
+      value = argv[++i];
+    }
+    *slot = value;
+    if (slot == &log_lines) {
+      auto n = parse_u64(value);
+      if (!n || *n > 10000) {
+        return fail(kExitUsage,
+                    fmt::format("--log-lines wants a number 0..10000, not '{}'", value));
+      }
+      o_.log_lines = static_cast<size_t>(*n);
+    }
+  }
+  if (positional.empty()) {
+    return fail(kExitUsage,
+                "no command — apply|remove|status|render (e.g. fy-wall apply machine --config "
+                "/etc/fy-wall/fy-wall.toml; see fy-wall --help)");
+  }
+  o_.command = positional[0];
+  if (o_.command != "apply" && o_.command != "remove" && o_.command != "status" &&
+      o_.command != "render") {
+    return fail(kExitUsage,
+                fmt::format("unknown command '{}' — apply|remove|status|render", o_.command));
+  }
+  if (positional.size() < 2) {
+    return fail(kExitUsage, fmt::format("name the wall to {}: machine, guard or host (e.g. "
+                                        "fy-wall {} machine --config FILE)",
+                                        o_.command, o_.command));
+  }
+  if (positional[1] == "machine") o_.wall = Wall::machine;
+  else if (positional[1] == "guard") o_.wall = Wall::guard;
+  else if (positional[1] == "host") o_.wall = Wall::host;
+  else {
+    return fail(kExitUsage,
+                fmt::format("unknown wall '{}' — machine|guard|host", positional[1]));
+  }
+  if (positional.size() > 2) {
+    return fail(kExitUsage, fmt::format("unexpected argument '{}' — one command and one wall",
+                                        positional[2]));
+  }
+  if (o_.check && o_.command != "apply") {
+    return fail(kExitUsage, "--check goes with apply (fy-wall apply <wall> --check)");
+  }
+  return kExitOk;
+}
+
+Result<Settings> Cli::settings() {
+  Settings s;
+  if (o_.config) {
+    auto r = read_config_file(*o_.config);
+    if (!r) return std::move(r).take_error();
+    s = std::move(*r);
+    bool has = *o_.wall == Wall::machine ? s.has_machine
+               : *o_.wall == Wall::guard ? (s.has_guard || s.has_machine)
+                                         : s.has_host;
+    if (!has && !o_.flags.any()) {
+      return make_error(Errc::invalid_argument,
+                        "{} has no [{}] section — add one, or pass the values as flags",
+                        *o_.config, wall_name(*o_.wall));
+    }
+  }
+  FY_TRY(apply_flags(s, *o_.wall, o_.flags));
+  return s;
+}
+
+// The resolved spec of the wall, rendered, with its tables and a summary.
+struct Rendered {
+  std::string text;
+  std::vector<TableRef> tables;
+  std::string summary;
+  std::optional<GuardSpec> guard;
+  std::optional<HostSpec> host;
+};
+
+Result<Rendered> render_wall(Wall w, const Settings& s) {
+  Rendered r;
+  Env env = Env::from_process();
+  switch (w) {
+    case Wall::machine: {
+      auto m = machine_spec(s, env);
+      if (!m) return std::move(m).take_error();
+      r.text = render_machine(*m);
+      r.tables = machine_tables();
+      r.summary = describe_machine(*m);
+      break;
+    }
+    case Wall::guard: {
+      auto g = guard_spec(s, env);
+      if (!g) return std::move(g).take_error();
+      r.text = render_guard(*g);
+      r.tables = guard_tables();
+      r.summary = describe_guard(*g);
+      r.guard = *g;
+      break;
+    }
+    case Wall::host: {
+      auto h = host_spec(s);
+      if (!h) return std::move(h).take_error();
+      r.text = render_host(*h);
+      r.tables = host_tables(*h);
+      r.summary = describe_host(*h);
+      r.host = *h;
+      break;
+    }
+  }
+  return r;
+}
+
+// Makes /sys/fs/cgroup a cgroup2 view when the host wall needs one.
+Result<void> host_prepare(const std::optional<HostSpec>& h) {
+  bool mounted = false;
+  FY_TRY(ensure_cgroup2_view(&mounted));
+  if (h) {
+    auto e = check_cgroup_exists(h->cgroup);
+    if (!e) return Error{Errc::io, e.error().message};  // the system's state, not input
+  }
+  return ok();
+}
+
+int Cli::cmd_render() {
+  auto s = settings();
+  if (!s) return fail(s.error());
+  auto r = render_wall(*o_.wall, *s);
+  if (!r) return fail(r.error());
+  fmt::print(out_, "{}", r->text);
+  return kExitOk;
+}
+
+int Cli::cmd_apply() {
+  auto s = settings();
+  if (!s) return fail(s.error());
+  auto r = render_wall(*o_.wall, *s);
+  if (!r) return fail(r.error());
+  if (*o_.wall == Wall::host) {
+    if (auto p = host_prepare(r->host); !p) return fail(p.error());
+  }
+  auto nft = Nft::open();
+  if (!nft) return fail(nft.error());
+  std::string names;
+  for (const TableRef& t : r->tables) names += (names.empty() ? "" : ", ") + t.str();
+  if (auto a = nft->run(r->text, o_.check); !a) {
+    return fail(kExitSystem, fmt::format("{} wall not {}: {}", wall_name(*o_.wall),
+                                         o_.check ? "valid" : "applied", a.error().message));
+  }
+  if (o_.check) {
+    std::string extra = r->guard ? "; the policy routes are checked for shape only" : "";
+    fmt::print(out_,
+               "✓ check passed: the {} wall's config is valid and the kernel accepts its "
+               "transaction ({}); nothing was changed{}\n",
+               wall_name(*o_.wall), names, extra);
+    return kExitOk;
+  }
+  if (r->guard) {
+    auto routes = PolicyRoutes::open();
+    if (!routes) return fail(routes.error());
+    auto sync = routes->sync(guard_rules(*r->guard), r->guard->gateway, r->guard->route_table,
+                             r->guard->rule_priority);
+    if (!sync) {
+      return fail(kExitSystem,
+                  fmt::format("guard table applied, but its policy routes were not: {} — the "
+                              "redirected connections are refused until they are (fail "
+                              "closed); fix the cause and apply again",
+                              sync.error().message));
+    }
+  }
+  fmt::print(out_, "✓ fy-wall {} applied ({}): {}\n", wall_name(*o_.wall), names, r->summary);
+  return kExitOk;
+}
+
+int Cli::cmd_remove() {
+  auto s = settings();
+  if (!s) return fail(s.error());
+  std::vector<TableRef> tables;
+  switch (*o_.wall) {
+    case Wall::machine: tables = machine_tables(); break;
+    case Wall::guard: tables = guard_tables(); break;
+    case Wall::host:
+      if (!s->host.vm) {
+        return fail(kExitBadInput, o_.config ? fmt::format("{}: [host].vm is not set — write "
+                                                           "vm = \"…\" or pass --vm",
+                                                           *o_.config)
+                                             : "--vm is required to remove a host wall");
+      }
+      tables = host_tables_for(s->host.vm->value);
+      break;
+  }
+  int rules = 0, routes_n = 0;
+  if (*o_.wall == Wall::guard) {
+    auto [table, prio] = guard_route_ids(*s);
+    auto routes = PolicyRoutes::open();
+    if (!routes) return fail(routes.error());
+    auto rm = routes->remove(table, prio);
+    if (!rm) return fail(rm.error());
+    rules = rm->rules_deleted;
+    routes_n = rm->routes_deleted;
+  }
+  auto nft = Nft::open();
+  if (!nft) return fail(nft.error());
+  auto before = nft->tables();
+  if (!before) return fail(before.error());
+  std::string removed, absent;
+  for (const TableRef& t : tables) {
+    bool present = false;
+    for (const TableRef& x : *before) present = present || x == t;
+    std::string& into = present ? removed : absent;
+    into += (into.empty() ? "" : ", ") + t.str();
+  }
+  if (auto a = nft->run(render_remove(tables)); !a) {
+    return fail(kExitSystem, fmt::format("{} wall not removed: {}", wall_name(*o_.wall),
+                                         a.error().message));
+  }
+  std::string msg = removed.empty() ? "nothing to remove" : "removed " + removed;
+  if (!absent.empty()) msg += fmt::format(" (already absent: {})", absent);
+  if (*o_.wall == Wall::guard) {
+    msg += fmt::format("; {} policy rule(s) and {} route(s) deleted", rules, routes_n);
+  }
+  fmt::print(out_, "✓ fy-wall {}: {}\n", wall_name(*o_.wall), msg);
+  return kExitOk;
+}
+
+// A line diff (longest common subsequence): "-" live only, "+" rendered only.
+std::vector<std::string> diff_lines(std::string_view live, std::string_view want) {
+  auto split = [](std::string_view t) {
+    std::vector<std::string_view> v;
+    while (!t.empty()) {
+      size_t nl = t.find('\n');
+      v.push_back(t.substr(0, nl));
+      t.remove_prefix(nl == std::string_view::npos ? t.size() : nl + 1);
+    }
+    return v;
+  };
+  auto a = split(live), b = split(want);
+  if (a.size() > 2000 || b.size() > 2000) return {"(too long to compare line by line)"};
+  std::vector<std::vector<uint16_t>> l(a.size() + 1, std::vector<uint16_t>(b.size() + 1, 0));
+  for (size_t i = a.size(); i-- > 0;)
+    for (size_t j = b.size(); j-- > 0;)
+      l[i][j] = a[i] == b[j] ? l[i + 1][j + 1] + 1 : std::max(l[i + 1][j], l[i][j + 1]);
+  std::vector<std::string> out;
+  size_t i = 0, j = 0;
+  while (i < a.size() || j < b.size()) {
+    if (i < a.size() && j < b.size() && a[i] == b[j]) {
+      ++i, ++j;
+    } else if (j < b.size() && (i == a.size() || l[i][j + 1] >= l[i + 1][j])) {
+      out.push_back(fmt::format("+ {}", b[j++]));
+    } else {
+      out.push_back(fmt::format("- {}", a[i++]));
+    }
+  }
+  return out;
+}
+
+int Cli::cmd_status() {
+  const Wall w = *o_.wall;
+  bool compare = o_.config.has_value();
+  {
+    Flags f = o_.flags;
+    f.vm.reset();  // --vm alone names the host wall's table; it renders nothing
+    compare = compare || f.any();
+  }
+  auto s = settings();
+  if (!s) return fail(s.error());
+  std::optional<Rendered> r;
+  std::vector<TableRef> tables;
+  if (compare) {
+    auto rr = render_wall(w, *s);
+    if (!rr) return fail(rr.error());
+    r = std::move(*rr);
+    tables = r->tables;
+  } else if (w == Wall::machine) {
+    tables = machine_tables();
+  } else if (w == Wall::guard) {
+    tables = guard_tables();
+  } else {
+    if (!s->host.vm) return fail(kExitBadInput, "--vm (or --config) is required for a host wall");
+    tables = host_tables_for(s->host.vm->value);
+  }
+  if (w == Wall::host) {
+    if (auto p = host_prepare(std::nullopt); !p) return fail(p.error());
+  }
+  std::vector<std::string> want;
+  if (r && r->host) {
+    if (auto e = check_cgroup_exists(r->host->cgroup); !e) {
+      // The rule names a cgroup id that no longer exists: nothing it matches can run.
+      fmt::print(out_, "cgroup {}: ABSENT — {}\n", r->host->cgroup, e.error().message);
+      return kExitNotEnforcing;
+    }
+  }
+  if (r) {
+    auto c = canonical_listing(r->text, tables);
+    if (!c) return fail(c.error());
+    want = std::move(*c);
+  }
+  auto nft = Nft::open();
+  if (!nft) return fail(nft.error());
+
+  bool good = true;
+  for (size_t i = 0; i < tables.size(); ++i) {
+    auto live = nft->list(tables[i], true);
+    if (!live) return fail(live.error());
+    if (!*live) {
+      good = false;
+      fmt::print(out_, "table {}: ABSENT — the {} wall is NOT enforcing; run `fy-wall apply {}`\n",
+                 tables[i].str(), wall_name(w), wall_name(w));
+      continue;
+    }
+    if (!r) {
+      fmt::print(out_, "table {}: PRESENT (not compared: give --config or the flags)\n",
+                 tables[i].str());
+      continue;
+    }
+    if (**live == want[i]) {
+      fmt::print(out_, "table {}: PRESENT, as rendered\n", tables[i].str());
+      continue;
+    }
+    good = false;
+    fmt::print(out_,
+               "table {}: PRESENT but DIFFERS from the rendered ruleset (changed by hand, or "
+               "applied from another config) — run `fy-wall apply {}` to replace it:\n",
+               tables[i].str(), wall_name(w));
+    for (const std::string& d : diff_lines(**live, want[i])) fmt::print(out_, "    {}\n", d);
+  }
+
+  if (w == Wall::guard) {
+    auto [table, prio] = guard_route_ids(*s);
+    auto routes = PolicyRoutes::open();
+    if (!routes) return fail(routes.error());
+    auto live = routes->rules(table, prio);
+    if (!live) return fail(live.error());
+    auto rts = routes->routes(table);
+    if (!rts) return fail(rts.error());
+    std::vector<PolicyRule> expect = r ? guard_rules(*r->guard) : std::vector<PolicyRule>{};
+    std::vector<bool> used(live->size(), false);
+    int missing = 0;
+    for (const PolicyRule& e : expect) {
+      bool found = false;
+      for (size_t i = 0; i < live->size() && !found; ++i) {
+        if (!used[i] && (*live)[i].exact && (*live)[i].rule == e) used[i] = found = true;
+      }
+      if (!found) {
+        ++missing;
+        fmt::print(out_, "policy rule MISSING: {}\n", e.str());
+      }
+    }
+    int extra = 0;
+    for (size_t i = 0; i < live->size(); ++i) {
+      if (used[i]) continue;
+      if (!r) {
+        fmt::print(out_, "policy rule: {}\n", (*live)[i].rule.str());
+        continue;
+      }
+      ++extra;
+      fmt::print(out_, "policy rule EXTRA (a duplicate or from another config): {}\n",
+                 (*live)[i].rule.str());
+    }
+    bool route_ok = false;
+    for (const LiveRoute& rt : *rts) {
+      bool want_rt = r && rt.exact && rt.dst == r->guard->gateway;
+      route_ok = route_ok || want_rt;
+      fmt::print(out_, "route table {}: {}{}\n", table, rt.str,
+                 !r || want_rt ? "" : " (EXTRA: not the guard's)");
+      if (r && !want_rt) good = false;
+    }
+    if (rts->empty()) fmt::print(out_, "route table {}: EMPTY\n", table);
+    if (r) {
+      if (missing == 0 && extra == 0 && route_ok) {
+        fmt::print(out_, "policy routes: {} rule(s) at priority {} and the lo route, as "
+                         "rendered\n",
+                   expect.size(), prio);
+      } else {
+        good = false;
+        fmt::print(out_, "policy routes: NOT as rendered — run `fy-wall apply guard`\n");
+      }
+    } else if (live->empty() || rts->empty()) {
+      good = false;
+    }
+  }
+  if (r) fmt::print(out_, "rendered: {}\n", r->summary);
+
+  if (w == Wall::host) {
+    // The host wall counts its refusals instead of logging them.
+    auto live = nft->list(tables[0], false);
+    if (live && *live) {
+      std::string_view chain;
+      for (std::string_view line : split_list(**live, '\n')) {
+        line = trim_ows(line);
+        if (line.starts_with("chain ")) chain = line.substr(6, line.find(' ', 6) - 6);
+        if (line.find("reject") != std::string_view::npos &&
+            line.find("counter packets") != std::string_view::npos) {
+          fmt::print(out_, "refused ({}): {}\n",
+                     chain == "vm" ? "the VM's output" : "loopback input", line);
+        }
+      }
+    }
+  } else if (o_.log_lines > 0) {
+    std::vector<std::string> needles = w == Wall::machine
+                                           ? std::vector<std::string>{"fy-wall-deny"}
+                                           : std::vector<std::string>{"fy-guard-deny"};
+    size_t total = 0;
+    auto lines = kernel_log_lines(needles, o_.log_lines, &total);
+    if (!lines) {
+      fmt::print(out_, "denied: (the kernel log could not be read: {})\n",
+                 lines.error().message);
+    } else {
+      fmt::print(out_, "denied: {} line(s) in the kernel log{}\n", total,
+                 total > lines->size() ? fmt::format(", the newest {}", lines->size()) : "");
+      for (const std::string& l : *lines) fmt::print(out_, "  {}\n", l);
+    }
+  }
+  return good ? kExitOk : kExitNotEnforcing;
+}
+
+int Cli::run(int argc, char** argv) {
+  if (int rc = parse_args(argc, argv); rc != kExitOk) return rc;
+  if (o_.command == "help") {
+    fmt::print(out_, "{}", kHelp);
+    return kExitOk;
+  }
+  if (o_.command == "version") {
+    fmt::print(out_, "fy-wall {}\n", kVersion);
+    return kExitOk;
+  }
+  if (o_.command == "render") return cmd_render();
+  if (o_.command == "apply") return cmd_apply();
+  if (o_.command == "remove") return cmd_remove();
+  return cmd_status();
+}
+
+}  // namespace
+
+int run_cli(int argc, char** argv, FILE* out, FILE* err) {
+  Cli cli(out, err);
+  int rc = cli.run(argc, argv);
+  fflush(out);
+  fflush(err);
+  return rc;
+}
+
+}  // namespace fy::wall

@@ -1,0 +1,148 @@
+// libnftables.h defines _GNU_SOURCE itself; g++ already has.
+#undef _GNU_SOURCE
+#include <nftables/libnftables.h>
+
+#include "wall/nft.h"
+
+#include <sched.h>
+
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include "core/text.h"
+
+namespace fy::wall {
+namespace {
+
+std::string trim_trailing(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+bool mentions(std::string_view text, std::string_view what) {
+  return text.find(what) != std::string_view::npos;
+}
+
+}  // namespace
+
+void NftCtxFree::operator()(nft_ctx* c) const noexcept { nft_ctx_free(c); }
+
+Result<Nft> Nft::open() {
+  NftCtxPtr ctx(nft_ctx_new(NFT_CTX_DEFAULT));
+  if (!ctx) {
+    return make_error(Errc::io,
+                      "libnftables could not open a netlink socket — is the nf_tables module "
+                      "available in this kernel?");
+  }
+  if (nft_ctx_buffer_output(ctx.get()) != 0 || nft_ctx_buffer_error(ctx.get()) != 0)
+    return make_error(Errc::internal, "libnftables could not buffer its output");
+  return Nft(std::move(ctx));
+}
+
+Result<void> Nft::run(const std::string& text, bool dry_run) {
+  nft_ctx_set_dry_run(ctx_.get(), dry_run);
+  nft_ctx_output_set_flags(ctx_.get(), 0);
+  int rc = nft_run_cmd_from_buffer(ctx_.get(), text.c_str());
+  nft_ctx_set_dry_run(ctx_.get(), false);
+  std::string err = trim_trailing(nft_ctx_get_error_buffer(ctx_.get()));
+  (void)nft_ctx_get_output_buffer(ctx_.get());  // drain
+  if (rc == 0) return ok();
+  if (mentions(err, "Operation not permitted")) {
+    return make_error(Errc::permission,
+                      "the kernel refused: fy-wall needs CAP_NET_ADMIN to change the ruleset — "
+                      "run it as root");
+  }
+  if (err.empty()) err = "(libnftables gave no message)";
+  return make_error(Errc::refused,
+                    "the kernel refused the transaction, so nothing was changed (the tables "
+                    "as they were still hold):\n{}",
+                    err);
+}
+
+Result<std::string> Nft::command(const std::string& cmd, bool stateless) {
+  nft_ctx_output_set_flags(ctx_.get(), stateless ? NFT_CTX_OUTPUT_STATELESS : 0);
+  int rc = nft_run_cmd_from_buffer(ctx_.get(), cmd.c_str());
+  std::string out = nft_ctx_get_output_buffer(ctx_.get());
+  std::string err = trim_trailing(nft_ctx_get_error_buffer(ctx_.get()));
+  if (rc == 0) return out;
+  if (mentions(err, "Operation not permitted")) {
+    return make_error(Errc::permission,
+                      "the kernel refused: fy-wall needs CAP_NET_ADMIN to read the ruleset — "
+                      "run it as root");
+  }
+  if (mentions(err, "No such file or directory")) return make_error(Errc::not_found, "{}", err);
+  return make_error(Errc::io, "`nft {}` failed: {}", cmd, err);
+}
+
+Result<std::vector<TableRef>> Nft::tables() {
+  auto out = command("list tables", true);
+  if (!out) return std::move(out).take_error();
+  std::vector<TableRef> tables;
+  std::string_view rest = *out;
+  while (!rest.empty()) {
+    size_t nl = rest.find('\n');
+    std::string_view line = trim_ows(rest.substr(0, nl));
+    rest.remove_prefix(nl == std::string_view::npos ? rest.size() : nl + 1);
+    if (!line.starts_with("table ")) continue;
+    line.remove_prefix(6);
+    size_t sp = line.find(' ');
+    if (sp == std::string_view::npos) continue;
+    tables.push_back({std::string(line.substr(0, sp)), std::string(line.substr(sp + 1))});
+  }
+  return tables;
+}
+
+Result<std::optional<std::string>> Nft::list(const TableRef& t, bool stateless) {
+  auto all = tables();
+  if (!all) return std::move(all).take_error();
+  bool present = false;
+  for (const TableRef& x : *all) present = present || x == t;
+  if (!present) return std::optional<std::string>();
+  auto out = command("list table " + t.str(), stateless);
+  if (!out) {
+    if (out.error().code == Errc::not_found) return std::optional<std::string>();
+    return std::move(out).take_error();
+  }
+  return std::optional<std::string>(std::move(*out));
+}
+
+Result<std::vector<std::string>> canonical_listing(const std::string& ruleset,
+                                                   const std::vector<TableRef>& tables) {
+  Result<std::vector<std::string>> result = make_error(Errc::internal, "not run");
+  // A network namespace is per thread: the helper's unshare leaves this
+  // thread's namespace alone, and the scratch namespace dies with the helper.
+  std::thread helper([&] {
+    if (unshare(CLONE_NEWNET) != 0) {
+      result = make_error(errno == EPERM ? Errc::permission : Errc::io,
+                          "cannot make a scratch network namespace to compare against ({}) — "
+                          "status needs root",
+                          strerror(errno));
+      return;
+    }
+    auto nft = Nft::open();
+    if (!nft) {
+      result = std::move(nft).take_error();
+      return;
+    }
+    auto applied = nft->run(ruleset);
+    if (!applied) {
+      result = std::move(applied).take_error();
+      return;
+    }
+    std::vector<std::string> out;
+    for (const TableRef& t : tables) {
+      auto l = nft->list(t, true);
+      if (!l) {
+        result = std::move(l).take_error();
+        return;
+      }
+      out.push_back(l->value_or(""));
+    }
+    result = std::move(out);
+  });
+  helper.join();
+  return result;
+}
+
+}  // namespace fy::wall

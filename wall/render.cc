@@ -1,0 +1,216 @@
+#include "wall/render.h"
+
+#include <fmt/format.h>
+
+#include "wall/parse.h"
+
+namespace fy::wall {
+namespace {
+
+// The preamble that makes a ruleset text replace its tables whole: declare
+// (a no-op when present), delete, then the full definitions that follow.
+std::string replace_preamble(const std::vector<TableRef>& tables) {
+  std::string out;
+  for (const TableRef& t : tables) {
+    out += fmt::format("table {}\ndelete table {}\n", t.str(), t.str());
+  }
+  return out;
+}
+
+std::string walled_set(const Principal& p) { return "{ " + format_ids(p.ranges()) + " }"; }
+
+std::string describe_walled(const Principal& p) {
+  std::string out = fmt::format("uid {} ({})", p.uid, p.name);
+  if (!p.subuids.empty()) out += " +subuid " + format_ids(p.subuids);
+  return out;
+}
+
+}  // namespace
+
+std::vector<TableRef> machine_tables() {
+  return {{"inet", kMachineTable}, {"ip6", kMachineTable6}};
+}
+
+std::vector<TableRef> guard_tables() { return {{"ip", kGuardTable}}; }
+
+std::vector<TableRef> host_tables(const HostSpec& h) { return host_tables_for(h.vm); }
+
+std::vector<TableRef> host_tables_for(const std::string& vm) {
+  return {{"inet", host_table_name(vm)}};
+}
+
+std::string render_machine(const MachineSpec& m) {
+  const std::string u = walled_set(m.walled);
+  const std::string resolvers = "{ " + format_cidrs(m.resolvers) + " }";
+  std::string out;
+  out += "# fy-wall machine wall: the guest's egress wall.\n";
+  out += "# Walled: " + describe_walled(m.walled) + ".\n";
+  out += "# Apply with `fy-wall apply machine`; `nft -f` on this text does the same: the\n";
+  out += "# first lines make it replace both tables whole, in one transaction. It never\n";
+  out += "# flushes the ruleset: it owns only its own tables.\n";
+  out += replace_preamble(machine_tables());
+  out += fmt::format("table inet {} {{\n", kMachineTable);
+  out += "\tchain output {\n";
+  out += "\t\ttype filter hook output priority 0; policy accept;\n";
+  out += "\t\t# loopback is always open; so are replies to flows already admitted\n";
+  out += "\t\toifname \"lo\" accept\n";
+  out += "\t\tct state established,related accept\n";
+  out += "\t\t# the policy is accept: only the walled principals are default-denied\n";
+  out += fmt::format("\t\tmeta skuid != {} accept\n", u);
+  out += "\t\t# DNS only to private resolvers: a public :53 is an exfil tunnel\n";
+  out += fmt::format("\t\tip daddr {} udp dport 53 accept\n", resolvers);
+  out += fmt::format("\t\tip daddr {} tcp dport 53 accept\n", resolvers);
+  out += "\t\t# the project's daemon ports on the host gateway, and nothing else there\n";
+  out += fmt::format("\t\tip daddr {} tcp dport {{ {} }} accept\n", format_ipv4(m.gateway),
+                     format_ports(m.ports));
+  out += "\t\t# everything else: logged, then refused (TCP reset, ICMP otherwise)\n";
+  out += "\t\tlog prefix \"fy-wall-deny \" counter\n";
+  out += "\t\tmeta l4proto tcp reject with tcp reset\n";
+  out += "\t\treject\n";
+  out += "\t}\n";
+  out += "\tchain forward {\n";
+  out += "\t\ttype filter hook forward priority 0; policy accept;\n";
+  out += "\t\tct state established,related accept\n";
+  out += "\t\t# forwarded traffic (no uid to match) may go to private destinations only\n";
+  out += fmt::format("\t\tip daddr {{ {} }} accept\n", format_cidrs(m.forward_allow));
+  out += "\t\tlog prefix \"fy-wall-deny-fwd \" counter\n";
+  out += "\t\treject\n";
+  out += "\t}\n";
+  out += "}\n";
+  out += fmt::format("table ip6 {} {{\n", kMachineTable6);
+  out += "\tchain output {\n";
+  out += "\t\ttype filter hook output priority 0; policy accept;\n";
+  out += fmt::format("\t\tmeta skuid != {} accept\n", u);
+  out += "\t\t# IPv6 only on loopback: the walled principals take the IPv4 proxy path\n";
+  out += "\t\toifname \"lo\" accept\n";
+  out += "\t\tlog prefix \"fy-wall-deny6 \" counter\n";
+  out += "\t\treject\n";
+  out += "\t}\n";
+  out += "}\n";
+  return out;
+}
+
+std::string render_guard(const GuardSpec& g) {
+  const std::string u = walled_set(g.walled);
+  const std::string gw = format_ipv4(g.gateway);
+  const std::string ports = "{ " + format_ports(g.ports) + " }";
+  std::string out;
+  out += "# fy-wall guard: the forwarder's own table (ADR-0034, amended). It leaves the\n";
+  out += "# machine wall's tables and boot script untouched.\n";
+  out += "# Walled: " + describe_walled(g.walled) + ".\n";
+  out += "# Apply with `fy-wall apply guard`: this text replaces the table whole, in one\n";
+  out += "# transaction, and the policy routes listed at the end are set through netlink.\n";
+  out += replace_preamble(guard_tables());
+  out += fmt::format("table ip {} {{\n", kGuardTable);
+  out += "\t# the walled principals' connections to the daemon ports go to the\n";
+  out += "\t# forwarder's VM listener; the destination port is kept\n";
+  out += "\tchain to_forwarder {\n";
+  out += "\t\ttype nat hook output priority -100; policy accept;\n";
+  out += fmt::format("\t\tmeta skuid {} ip daddr {} tcp dport {} dnat to {}\n", u, gw, ports,
+                     format_ipv4(g.listener));
+  out += "\t}\n";
+  out += "\t# anything of theirs still addressed to the daemon ports is refused: a reject\n";
+  out += "\t# in any base chain is final, whatever the machine wall's table accepts\n";
+  out += "\tchain guard {\n";
+  out += "\t\ttype filter hook output priority 0; policy accept;\n";
+  out += fmt::format(
+      "\t\tmeta skuid {} ip daddr {} tcp dport {} log prefix \"fy-guard-deny \" counter "
+      "reject with tcp reset\n",
+      u, gw, ports);
+  out += fmt::format(
+      "\t\tmeta skuid {} ip daddr {} udp dport {} log prefix \"fy-guard-deny \" counter "
+      "reject\n",
+      u, gw, ports);
+  out += "\t}\n";
+  out += "}\n";
+  out += "# Policy routes (netlink, owned by priority and table): the walled principals'\n";
+  out += "# connections to the daemon ports leave through lo, which the machine wall's\n";
+  out += "# first rule admits, so the redirect needs no accept rule of its own.\n";
+  for (const PolicyRule& r : guard_rules(g)) out += "#   ip rule add " + r.str() + "\n";
+  out += fmt::format("#   ip route replace {}/32 dev lo table {}\n", gw, g.route_table);
+  return out;
+}
+
+std::string render_host(const HostSpec& h) {
+  const std::string table = host_table_name(h.vm);
+  const std::string cg =
+      fmt::format("socket cgroupv2 level {} \"{}\"", cgroup_level(h.cgroup), h.cgroup);
+  const std::string mark = format_mark(h.proxy_port_base);
+  std::string out;
+  out += fmt::format("# fy-wall host wall for VM '{}': its processes (cgroup {})\n", h.vm,
+                     h.cgroup);
+  out += "# may reach DNS, and loopback only on the project's port band.\n";
+  out += "# Apply with `fy-wall apply host`: this text replaces the table whole, in one\n";
+  out += "# transaction. The cgroup must exist when it is applied (nft keys on its id).\n";
+  out += replace_preamble(host_tables(h));
+  out += fmt::format("table inet {} {{\n", table);
+  out += "\tchain output {\n";
+  out += "\t\ttype filter hook output priority filter; policy accept;\n";
+  out += fmt::format("\t\t{} jump vm\n", cg);
+  out += "\t}\n";
+  out += "\tchain vm {\n";
+  out += "\t\tct state established,related accept\n";
+  out += "\t\tudp dport 53 accept\n";
+  out += "\t\ttcp dport 53 accept\n";
+  out += "\t\t# loopback is marked as the project's and judged again on input\n";
+  out += fmt::format("\t\toif \"lo\" ct mark set {} accept\n", mark);
+  out += "\t\tmeta l4proto tcp counter reject with tcp reset\n";
+  out += "\t\tcounter reject with icmpx type admin-prohibited\n";
+  out += "\t}\n";
+  out += "\tchain input {\n";
+  out += "\t\ttype filter hook input priority filter; policy accept;\n";
+  out += fmt::format("\t\tiif \"lo\" ct mark {} jump lo\n", mark);
+  out += "\t}\n";
+  out += "\tchain lo {\n";
+  out += "\t\tct state established,related accept\n";
+  out += "\t\t# the VM's own listeners, and the project's port band\n";
+  out += fmt::format("\t\t{} accept\n", cg);
+  out += fmt::format("\t\ttcp dport {{ {} }} accept\n", format_ports(h.ports));
+  out += "\t\tmeta l4proto tcp counter reject with tcp reset\n";
+  out += "\t\tcounter reject with icmpx type admin-prohibited\n";
+  out += "\t}\n";
+  out += "}\n";
+  return out;
+}
+
+std::string render_remove(const std::vector<TableRef>& tables) {
+  return replace_preamble(tables);
+}
+
+std::string PolicyRule::str() const {
+  return fmt::format("priority {} uidrange {}-{} to {}/32 ipproto tcp dport {} lookup {}",
+                     priority, uids.lo, uids.hi, format_ipv4(to),
+                     dport.lo == dport.hi ? fmt::format("{}", dport.lo)
+                                          : fmt::format("{}-{}", dport.lo, dport.hi),
+                     table);
+}
+
+std::vector<PolicyRule> guard_rules(const GuardSpec& g) {
+  std::vector<PolicyRule> out;
+  for (const IdRange& ids : g.walled.ranges()) {
+    for (const PortRange& p : g.ports) {
+      out.push_back(PolicyRule{ids, p, g.gateway, g.route_table, g.rule_priority});
+    }
+  }
+  return out;
+}
+
+std::string describe_machine(const MachineSpec& m) {
+  return fmt::format("{} default-deny; open: lo, DNS to {}, {} tcp {{{}}}; v6: lo only",
+                     describe_walled(m.walled), format_cidrs(m.resolvers), format_ipv4(m.gateway),
+                     format_ports(m.ports));
+}
+
+std::string describe_guard(const GuardSpec& g) {
+  return fmt::format("{}: {} tcp {{{}}} redirected to {} (port kept) through lo; direct "
+                     "connections refused",
+                     describe_walled(g.walled), format_ipv4(g.gateway), format_ports(g.ports),
+                     format_ipv4(g.listener));
+}
+
+std::string describe_host(const HostSpec& h) {
+  return fmt::format("cgroup {} may reach DNS and loopback tcp {{{}}} (ct mark {})", h.cgroup,
+                     format_ports(h.ports), format_mark(h.proxy_port_base));
+}
+
+}  // namespace fy::wall

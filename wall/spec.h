@@ -1,0 +1,85 @@
+// What each of fy-wall's three rulesets is rendered from, fully resolved and
+// validated. A spec holds no file paths and no unresolved names: the renderers
+// (wall/render.h) are pure functions of it, which is what the golden files pin.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace fy::wall {
+
+// An inclusive port range; lo == hi for one port. Always 1 <= lo <= hi <= 65535.
+struct PortRange {
+  uint16_t lo = 0;
+  uint16_t hi = 0;
+  bool operator==(const PortRange&) const = default;
+};
+
+// An inclusive uid range.
+struct IdRange {
+  uint32_t lo = 0;
+  uint32_t hi = 0;
+  bool operator==(const IdRange&) const = default;
+};
+
+// An IPv4 prefix; `net` is in host byte order with no host bits set.
+struct Cidr4 {
+  uint32_t net = 0;
+  uint8_t prefix = 32;
+  bool operator==(const Cidr4&) const = default;
+};
+
+// The walled principals: the VM user and its /etc/subuid range (every rootless
+// container's uids). Never contains uid 0.
+struct Principal {
+  uint32_t uid = 0;
+  std::string name;              // from the passwd database
+  std::vector<IdRange> subuids;  // empty when the user has no /etc/subuid line
+  // The uid first, then the subuid ranges: what `meta skuid` and the policy
+  // routes' uidrange match.
+  std::vector<IdRange> ranges() const;
+};
+
+// The machine wall (inet fy_wall + ip6 fy_wall6), in the guest.
+struct MachineSpec {
+  Principal walled;
+  uint32_t gateway = 0;                // host order
+  std::vector<PortRange> ports;        // the project's daemon port bands, sorted, disjoint
+  std::vector<Cidr4> resolvers;        // where DNS (udp/tcp 53) may go
+  std::vector<Cidr4> forward_allow;    // what the forward chain admits
+};
+
+// The forwarder's guard (ip fy_guard + uid-scoped policy routes), in the guest.
+struct GuardSpec {
+  Principal walled;
+  uint32_t gateway = 0;
+  std::vector<PortRange> ports;
+  uint32_t listener = 0;       // the forwarder's VM listener, a 127.0.0.0/8 address
+  uint32_t route_table = 0;    // the routing table the policy rules look up
+  uint32_t rule_priority = 0;  // the priority of every policy rule fy-wall owns
+};
+
+// The host wall (inet fy_host_wall_<vm>), on a Linux host.
+struct HostSpec {
+  std::string vm;          // the VM's name as given; the table name is made nft-safe
+  std::string cgroup;      // the VM's slice, relative to the cgroup2 root, no leading '/'
+  std::vector<PortRange> ports;  // the project's port band
+  uint16_t proxy_port_base = 0;  // the ct mark is (0xF4 << 24) | proxy_port_base
+};
+
+// Table names. Each wall owns only its own tables; nothing here ever flushes
+// the ruleset.
+inline constexpr const char* kMachineTable = "fy_wall";    // family inet
+inline constexpr const char* kMachineTable6 = "fy_wall6";  // family ip6
+inline constexpr const char* kGuardTable = "fy_guard";     // family ip
+
+// The defaults the reference uses.
+inline constexpr const char* kDefaultListener = "127.42.0.1";
+inline constexpr uint32_t kDefaultRouteTable = 4747;
+inline constexpr uint32_t kDefaultRulePriority = 4747;
+inline constexpr const char* kDefaultSubuidFile = "/etc/subuid";
+// RFC 1918 plus loopback: the reference's private resolvers and forward targets.
+inline constexpr const char* kPrivateRanges = "127.0.0.0/8, 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16";
+
+}  // namespace fy::wall
