@@ -27,7 +27,7 @@ std::string collapse_whitespace(std::string_view s, size_t max) {
       space = false;
     }
     out += c;
-    if (out.size() >= max) break;
+    if (out.size() > max) break;  // one byte over: truncate_utf8 then cuts between characters
   }
   return std::string(truncate_utf8(out, max));
 }
@@ -43,7 +43,7 @@ void append_json(std::string& out, const Row& r) {
   o.boolean("injected", r.injected);
   o.boolean("replayed", r.replayed);
   if (!r.ua.empty()) o.str("ua", truncate_utf8(r.ua, kMaxUa));
-  if (!r.error_body.empty()) o.str("error_body", r.error_body);
+  if (!r.error_body.empty()) o.str("error_body", truncate_utf8(r.error_body, kMaxErrorBody));
   if (r.passthrough) o.boolean("passthrough", true);
   if (r.blocked) o.boolean("blocked", true);
   if (r.would_block) o.boolean("would_block", true);

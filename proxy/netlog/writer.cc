@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <optional>
+#include <string_view>
 #include <vector>
 
 #include "core/clock.h"
@@ -41,6 +43,23 @@ void mkdirs(const std::string& dir) {
     }
     if (i < dir.size()) cur += dir[i];
   }
+}
+
+// A dated backup's place in rotation order, from the part of its name between
+// "<stem>." and "<ext>": "20261129T213000Z" or, for a later rotation within the
+// same second, "20261129T213000Z-<n>". nullopt for any other file, which is
+// never pruned.
+std::optional<std::pair<std::string, uint64_t>> backup_order(std::string_view mid) {
+  auto digits = [](std::string_view d) {
+    return !d.empty() && std::all_of(d.begin(), d.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  if (mid.size() < 16 || !digits(mid.substr(0, 8)) || mid[8] != 'T' || !digits(mid.substr(9, 6)) ||
+      mid[15] != 'Z')
+    return std::nullopt;
+  std::string_view rest = mid.substr(16);
+  if (rest.empty()) return std::make_pair(std::string(mid), uint64_t{0});
+  if (rest[0] != '-' || rest.size() > 20 || !digits(rest.substr(1))) return std::nullopt;
+  return std::make_pair(std::string(mid.substr(0, 16)), std::stoull(std::string(rest.substr(1))));
 }
 
 }  // namespace
@@ -81,13 +100,37 @@ void Writer::rotate() {
   }
   auto [stem, ext] = split_ext(base_of(opts_.path));
   std::string dir = dir_of(opts_.path);
-  // egress.20261129T213000Z.jsonl; a second rotation within one second gets a suffix.
+
+  // The backups there now, in rotation order: by stamp, then by suffix (a
+  // plain sort would put "Z-1" before "Z" and "Z-10" before "Z-2").
+  using Order = std::pair<std::string, uint64_t>;
+  std::vector<std::pair<Order, std::string>> backups;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (dirent* e = ::readdir(d)) {
+      std::string name = e->d_name;
+      if (name.size() > stem.size() + ext.size() + 1 && name.rfind(stem + ".", 0) == 0 &&
+          name.size() >= ext.size() && name.compare(name.size() - ext.size(), ext.size(), ext) == 0 &&
+          name != base_of(opts_.path)) {
+        std::string_view mid(name);
+        mid = mid.substr(stem.size() + 1, mid.size() - stem.size() - 1 - ext.size());
+        if (auto order = backup_order(mid)) backups.emplace_back(*order, name);
+      }
+    }
+    ::closedir(d);
+  }
+  std::sort(backups.begin(), backups.end());
+
+  // egress.20261129T213000Z.jsonl; a later rotation within the same second gets
+  // a suffix above every one of that second still there, so it sorts last even
+  // when pruning has freed a lower name.
   std::string stamp = iso8601_utc(wall_ms(), false, true);
   stamp.erase(std::remove(stamp.begin(), stamp.end(), '-'), stamp.end());
   stamp.erase(std::remove(stamp.begin(), stamp.end(), ':'), stamp.end());
-  std::string target = dir + "/" + stem + "." + stamp + ext;
-  for (int n = 1; ::access(target.c_str(), F_OK) == 0; ++n)
-    target = dir + "/" + stem + "." + stamp + "-" + std::to_string(n) + ext;
+  Order order{stamp, 0};
+  for (const auto& b : backups)
+    if (b.first.first == stamp) order.second = std::max(order.second, b.first.second + 1);
+  std::string name = stem + "." + stamp + (order.second ? "-" + std::to_string(order.second) : "") + ext;
+  std::string target = dir + "/" + name;
   if (::rename(opts_.path.c_str(), target.c_str()) != 0) {
     last_error_ = "cannot rotate " + opts_.path + ": " + strerror(errno);
     ++stats_.write_errors;
@@ -95,32 +138,32 @@ void Writer::rotate() {
   }
   ++stats_.rotations;
 
-  // Keep the newest `backups`: dated names sort by time.
-  std::vector<std::string> backups;
-  if (DIR* d = ::opendir(dir.c_str())) {
-    while (dirent* e = ::readdir(d)) {
-      std::string name = e->d_name;
-      if (name.size() > stem.size() + ext.size() + 1 && name.rfind(stem + ".", 0) == 0 &&
-          name.size() >= ext.size() && name.compare(name.size() - ext.size(), ext.size(), ext) == 0 &&
-          name != base_of(opts_.path))
-        backups.push_back(name);
-    }
-    ::closedir(d);
-  }
+  // Keep the newest `backups`.
+  backups.emplace_back(order, name);
   std::sort(backups.begin(), backups.end());
   while (static_cast<int>(backups.size()) > opts_.backups) {
-    ::unlink((dir + "/" + backups.front()).c_str());
+    ::unlink((dir + "/" + backups.front().second).c_str());
     backups.erase(backups.begin());
   }
 }
 
 void Writer::flush() {
   if (buf_.empty()) return;
+  if (fd_ >= 0) {
+    // Unlinked under us (the log or its directory removed): writing on would
+    // lose every row without an error. Reopen, which recreates the path.
+    struct stat st;
+    if (::fstat(fd_, &st) == 0 && st.st_nlink == 0) {
+      ::close(fd_);
+      fd_ = -1;
+    }
+  }
   bool ok = open_file();
   if (ok && size_ > 0 && size_ + buf_.size() > opts_.max_bytes) {
     rotate();
     ok = open_file();
   }
+  const uint64_t start_size = size_;
   size_t off = 0;
   while (ok && off < buf_.size()) {
     ssize_t n = ::write(fd_, buf_.data() + off, buf_.size() - off);
@@ -140,6 +183,10 @@ void Writer::flush() {
     // have been removed or the disk freed).
     ++stats_.write_errors;
     stats_.rows_dropped += buf_rows_;
+    // Take back a partial write, so no torn row is left for the next rows to
+    // be appended to (shrinking needs no space).
+    if (fd_ >= 0 && size_ > start_size && ::ftruncate(fd_, static_cast<off_t>(start_size)) == 0)
+      size_ = start_size;
     if (fd_ >= 0) {
       ::close(fd_);
       fd_ = -1;
