@@ -1,0 +1,337 @@
+// fy-netlog: the operator's reader of the Network Log (docs/fy-netlog.md).
+#include <getopt.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <set>
+#include <string>
+
+#include "core/clock.h"
+#include "core/text.h"
+#include "proxy/netlog/reader.h"
+#include "proxy/netlog/view.h"
+
+namespace {
+
+using namespace fy;
+using namespace fy::netlog;
+
+// Exit codes (docs/fy-netlog.md).
+constexpr int kExitOk = 0;
+constexpr int kExitRead = 1;   // a read failed part-way (I/O error)
+constexpr int kExitUsage = 2;  // bad flag, filter or argument
+constexpr int kExitNoLog = 3;  // no Network Log at the path, or not readable
+
+constexpr const char* kUsage = R"(Usage: fy-netlog [VIEW] [OPTIONS] [PATH]
+
+Reads fy-proxy's Network Log (egress.jsonl and its dated backups, oldest first).
+
+Views:
+  summary        per-host summary: requests, blocked, would-block, errors,
+                 bytes up/down, last seen (the default)
+  rows           one line per row: time, status, method, host, path, flags
+  refusals       blocked and would-block rows, who made them, and the
+                 `fy allow add` command that grants each host
+
+Options:
+  -f, --follow         keep reading as rows arrive, across rotations (tail -F);
+                       streams the rows view unless `refusals` is given
+  -n, --lines N        rows/refusals: only the last N matching rows
+                       (default with --follow: 10; 0 = only new rows)
+      --host PATTERN   only this host: exact (api.github.com), a wildcard
+                       (*.github.com: subdomains only), either with a port
+                       (github.com:22); repeat for several
+      --status SPEC    only these statuses: 403, 4xx, >=500, <400, 200-299,
+                       comma-separated; 0 is a tunnel or would-block row
+      --since TIME     only rows at or after TIME: 10m, 2h, 3d (ago), or ISO
+                       (2026-11-29T21:30:00Z; without an offset: local time)
+      --until TIME     only rows at or before TIME
+      --json           machine output: the summary as one JSON document, or
+                       the matching rows as JSON lines (as the log has them)
+      --utc            print times in UTC (default: local time)
+      --width N        columns to fit (default: the terminal's, else 80)
+  -h, --help           this text
+      --version        the version
+
+PATH is the log file or its directory. Default:
+  $XDG_STATE_HOME/foldyard/egress/logs/egress.jsonl
+  (~/.local/state/foldyard/egress/logs/egress.jsonl)
+
+Exit status: 0 done (lines that are not rows are skipped and reported on
+stderr), 1 a read failed part-way, 2 bad usage, 3 no Network Log at PATH or
+it cannot be read.
+)";
+
+volatile sig_atomic_t g_stop = 0;
+void on_signal(int) { g_stop = 1; }
+
+enum class View { summary, rows, refusals };
+
+struct Args {
+  View view = View::summary;
+  bool view_given = false;
+  bool follow = false;
+  bool json = false;
+  bool utc = false;
+  long lines = -1;  // -1: all
+  int width = 0;    // 0: detect
+  std::string path;
+  Filter filter;
+};
+
+int usage_error(const std::string& msg) {
+  fmt::print(stderr, "fy-netlog: {}\nRun `fy-netlog --help` for the views, flags and filters.\n",
+             msg);
+  return kExitUsage;
+}
+
+bool parse_long(const char* s, long lo, long hi, long* out) {
+  char* end = nullptr;
+  errno = 0;
+  long v = std::strtol(s, &end, 10);
+  if (errno || !end || *end || end == s || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+// Returns -1 to go on, else the exit code.
+int parse_args(int argc, char** argv, Args& a, int64_t now_ms) {
+  enum { kHost = 256, kStatus, kSince, kUntil, kJson, kUtc, kWidth, kVersion };
+  static const option opts[] = {
+      {"follow", no_argument, nullptr, 'f'},   {"lines", required_argument, nullptr, 'n'},
+      {"host", required_argument, nullptr, kHost},
+      {"status", required_argument, nullptr, kStatus},
+      {"since", required_argument, nullptr, kSince},
+      {"until", required_argument, nullptr, kUntil},
+      {"json", no_argument, nullptr, kJson},   {"utc", no_argument, nullptr, kUtc},
+      {"width", required_argument, nullptr, kWidth},
+      {"help", no_argument, nullptr, 'h'},     {"version", no_argument, nullptr, kVersion},
+      {nullptr, 0, nullptr, 0}};
+  opterr = 0;
+  int c;
+  while ((c = getopt_long(argc, argv, ":fn:h", opts, nullptr)) != -1) {
+    switch (c) {
+      case 'f': a.follow = true; break;
+      case 'n':
+        if (!parse_long(optarg, 0, 100000000, &a.lines))
+          return usage_error(fmt::format("bad --lines '{}': give a number of rows", optarg));
+        break;
+      case kHost: {
+        auto p = parse_host_pattern(optarg);
+        if (!p) return usage_error(p.error().message);
+        a.filter.hosts.push_back(*p);
+        break;
+      }
+      case kStatus: {
+        auto s = parse_status_spec(optarg);
+        if (!s) return usage_error(s.error().message);
+        a.filter.statuses.insert(a.filter.statuses.end(), s->begin(), s->end());
+        break;
+      }
+      case kSince:
+      case kUntil: {
+        auto t = parse_time_spec(optarg, now_ms);
+        if (!t) return usage_error(fmt::format("--{}: {}", c == kSince ? "since" : "until",
+                                               t.error().message));
+        (c == kSince ? a.filter.since_ms : a.filter.until_ms) = *t;
+        break;
+      }
+      case kJson: a.json = true; break;
+      case kUtc: a.utc = true; break;
+      case kWidth: {
+        long w;
+        if (!parse_long(optarg, kMinWidth, kMaxWidth, &w))
+          return usage_error(
+              fmt::format("bad --width '{}': give {}..{} columns", optarg, kMinWidth, kMaxWidth));
+        a.width = static_cast<int>(w);
+        break;
+      }
+      case 'h': fmt::print("{}", kUsage); return kExitOk;
+      case kVersion: fmt::print("fy-netlog 0.1.0\n"); return kExitOk;
+      case ':': return usage_error(fmt::format("{} needs a value", argv[optind - 1]));
+      default: return usage_error(fmt::format("unknown option '{}'", argv[optind - 1]));
+    }
+  }
+  for (int i = optind; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (!a.view_given && a.path.empty() &&
+        (arg == "summary" || arg == "rows" || arg == "refusals")) {
+      a.view = arg == "summary" ? View::summary : arg == "rows" ? View::rows : View::refusals;
+      a.view_given = true;
+    } else if (a.path.empty()) {
+      a.path = arg;
+    } else {
+      return usage_error(fmt::format("unexpected argument '{}' (one PATH at most)", arg));
+    }
+  }
+  if (a.filter.since_ms && a.filter.until_ms && *a.filter.since_ms > *a.filter.until_ms)
+    return usage_error("--since is after --until: nothing could match");
+  if (a.follow) {
+    if (a.view == View::summary) {
+      if (a.view_given)
+        return usage_error("--follow streams rows: use `fy-netlog rows --follow` or "
+                           "`fy-netlog refusals --follow`");
+      a.view = View::rows;
+    }
+    if (a.lines < 0) a.lines = 10;
+  }
+  if (a.view == View::summary && a.lines >= 0)
+    return usage_error("--lines applies to the rows and refusals views");
+  a.filter.refusals_only = a.view == View::refusals;
+  return -1;
+}
+
+int detect_width() {
+  if (const char* cols = std::getenv("COLUMNS")) {
+    long w;
+    if (parse_long(cols, 1, 100000, &w)) return static_cast<int>(w);
+  }
+  winsize ws{};
+  if (::isatty(STDOUT_FILENO) && ::ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+    return ws.ws_col;
+  return 80;
+}
+
+void write_out(const std::string& s) { std::fwrite(s.data(), 1, s.size(), stdout); }
+
+void report_bad_lines(const ReadStats& st) {
+  if (st.bad_lines == 0) return;
+  std::fflush(stdout);
+  fmt::print(stderr, "fy-netlog: skipped {} (first: {})\n",
+             st.bad_lines == 1 ? std::string("1 line that is not a Network Log row")
+                               : fmt::format("{} lines that are not Network Log rows", st.bad_lines),
+             st.first_bad);
+}
+
+int read_error(const Error& e, const std::string& path) {
+  if (e.code == Errc::not_found) {
+    fmt::print(stderr,
+               "fy-netlog: no Network Log at {} — is fy-proxy running with --netlog {}? Give "
+               "the log's path (or its directory) as the last argument.\n",
+               path, path);
+    return kExitNoLog;
+  }
+  fmt::print(stderr, "fy-netlog: {}\n", e.message);
+  return e.code == Errc::permission ? kExitNoLog : kExitRead;
+}
+
+int run_summary(const Args& a, const ViewOptions& vo) {
+  Summary sum;
+  ReadStats st;
+  auto r = read_log(a.path, st, [&](const Row& row, std::string_view) {
+    if (a.filter.matches(row)) sum.add(row);
+  });
+  if (!r) return read_error(r.error(), a.path);
+  auto hosts = sum.hosts();
+  write_out(a.json ? summary_json(hosts, sum.total(), st, a.path)
+                   : render_summary(hosts, sum.total(), vo));
+  report_bad_lines(st);
+  return kExitOk;
+}
+
+// The rows and refusals views, once or following.
+int run_rows(const Args& a, const ViewOptions& vo) {
+  RowPrinter printer(a.view == View::rows ? RowPrinter::Kind::rows : RowPrinter::Kind::refusals,
+                     vo);
+  Grants grants;
+  ReadStats st;
+  // Rows held back for --lines N (the last N of the first read); streamed after.
+  std::deque<std::pair<Row, std::string>> held;
+  bool streaming = a.lines < 0;
+  std::set<std::string> hinted;  // keys whose grant command was shown (following)
+  auto emit = [&](const Row& row, std::string_view line) {
+    if (a.json) {
+      write_out(std::string(line) + "\n");
+      return;
+    }
+    write_out(printer.line(row));
+    if (a.follow && a.view == View::refusals) {
+      std::string key = to_lower(row.host);
+      if (is_grantable_key(key) && hinted.insert(key).second)
+        write_out(fmt::format("{:9}grant: fy allow add {}{}\n", "", key, row.build ? " --build" : ""));
+    }
+  };
+  auto on_row = [&](const Row& row, std::string_view line) {
+    if (!a.filter.matches(row)) return;
+    if (!a.follow) grants.add(row);
+    if (streaming) {
+      emit(row, line);
+      return;
+    }
+    if (a.lines == 0) return;
+    held.emplace_back(row, std::string(line));
+    if (held.size() > static_cast<size_t>(a.lines)) held.pop_front();
+  };
+
+  Follower f(a.path);
+  auto r = f.poll(st, on_row);
+  if (!r && !(a.follow && r.error().code == Errc::not_found)) return read_error(r.error(), a.path);
+  if (!r) fmt::print(stderr, "fy-netlog: waiting for {} to appear…\n", a.path);
+  if (!a.follow) f.finish(st);
+  for (const auto& [row, line] : held) emit(row, line);
+  held.clear();
+  streaming = true;
+
+  if (!a.follow) {
+    if (!a.json && a.view == View::refusals)
+      write_out(grants.empty() ? std::string("no refusals\n") : grants.render(vo));
+    report_bad_lines(st);
+    return kExitOk;
+  }
+
+  // Following: bad lines are reported once when first seen, and the total on exit.
+  std::fflush(stdout);
+  uint64_t reported = 0;
+  auto note_bad = [&] {
+    if (st.bad_lines == 0 || reported != 0) return;
+    report_bad_lines(st);
+    fmt::print(stderr, "fy-netlog: further bad lines are counted; the total is shown on exit\n");
+    reported = st.bad_lines;
+  };
+  note_bad();
+  while (!g_stop) {
+    timespec ts{0, 200 * 1000 * 1000};
+    ::nanosleep(&ts, nullptr);
+    if (g_stop) break;
+    auto pr = f.poll(st, on_row);
+    std::fflush(stdout);
+    if (!pr && pr.error().code != Errc::not_found) return read_error(pr.error(), a.path);
+    note_bad();
+  }
+  std::fflush(stdout);
+  if (st.bad_lines > reported) report_bad_lines(st);
+  return kExitOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int64_t now = wall_ms();
+  Args a;
+  if (int code = parse_args(argc, argv, a, now); code >= 0) return code;
+  if (a.path.empty()) a.path = default_log_path();
+  a.path = resolve_log_path(a.path);
+
+  ViewOptions vo;
+  vo.width = a.width ? a.width : detect_width();
+  vo.now_ms = now;
+  vo.utc = a.utc;
+  if (vo.utc) {
+    ::setenv("TZ", "UTC", 1);
+  }
+  ::tzset();
+
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+
+  return a.view == View::summary ? run_summary(a, vo) : run_rows(a, vo);
+}
