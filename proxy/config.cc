@@ -1,0 +1,256 @@
+#include "proxy/config.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "core/config.h"
+#include "core/net.h"
+#include "core/text.h"
+
+namespace fy::proxy {
+
+std::string usage() {
+  return R"(fy-proxy — foldyard's egress proxy (decrypting forward proxy, allowlist, Network Log)
+
+usage: fy-proxy [options]
+
+  --listen ADDR:PORT        where clients connect (default 127.0.0.1:8088; port 0 picks one)
+  --admin ADDR:PORT|off     health and metrics endpoint (default 127.0.0.1:0)
+  --state-dir DIR           CA, default policy and logs (default $XDG_STATE_HOME/foldyard/egress)
+  --policy FILE             the live policy (default <state>/policy.toml, created in learn
+                            mode on first start; an explicit file that is missing fails closed)
+  --netlog FILE             the Network Log (default <state>/logs/egress.jsonl)
+  --netlog-max-bytes N      rotate past N bytes (default 5242880)
+  --netlog-backups N        dated backups kept (default 5)
+  --port-file FILE          write the bound port here once listening
+  --upstream-ca FILE        extra PEM roots trusted for origins (system roots always apply)
+  --system-roots FILE       the system roots (default /etc/ssl/certs/ca-certificates.crt)
+  --stamp-key FILE          the forwarder's stamp key (64 hex chars, mode 0600): verify stamps
+  --resolve HOST=IP         answer HOST with IP instead of DNS (repeatable)
+  --learn-window SECONDS    learn window of a first-start policy (default 3600, max 28800)
+  --max-connections N       clients at once; more are answered 503 (default 8192)
+  --max-head-bytes N        request head limit, 431 beyond (default 65536)
+  --max-headers N           header count limit, 431 beyond (default 100)
+  --head-timeout S          a started request head must arrive within S (408; default 10)
+  --idle-timeout S          keep-alive wait for the next request (default 60)
+  --connect-timeout S       upstream connect and TLS (504; default 10)
+  --io-timeout S            silence during an exchange (504; default 300)
+  --tunnel-idle-timeout S   silence in a tunnel (default 3600)
+  --drain-timeout S         on SIGTERM, how long open work may finish (default 10)
+  --cert-cache N            minted leaf certificates kept (default 1024)
+  --log-level LEVEL         debug, info, warn, error (default info)
+  --config FILE             read these settings from a TOML file (keys as the flags,
+                            with '_' for '-'; flags given after --config win)
+  --help, --version
+
+Signals: SIGHUP reloads the policy; SIGTERM/SIGINT drain and exit.
+Exit codes: 0 clean exit, 1 runtime failure, 2 bad flags or config, 3 cannot listen.
+Reference: docs/fy-proxy.md
+)";
+}
+
+namespace {
+
+std::string default_state_dir() {
+  if (const char* x = getenv("XDG_STATE_HOME"); x && *x) return std::string(x) + "/foldyard/egress";
+  if (const char* h = getenv("HOME"); h && *h) return std::string(h) + "/.local/state/foldyard/egress";
+  return "/var/lib/foldyard/egress";
+}
+
+Result<uint64_t> parse_seconds(std::string_view flag, std::string_view v) {
+  auto n = parse_u64(v);
+  if (!n || *n > 7 * 86400)
+    return make_error(Errc::invalid_argument, "{} {}: expected whole seconds (0..604800)", flag, v);
+  return *n * 1000;
+}
+
+Result<uint64_t> parse_count(std::string_view flag, std::string_view v, uint64_t min, uint64_t max) {
+  auto n = parse_u64(v);
+  if (!n || *n < min || *n > max)
+    return make_error(Errc::invalid_argument, "{} {}: expected a number in {}..{}", flag, v, min,
+                      max);
+  return *n;
+}
+
+Result<void> check_endpoint(std::string_view flag, const std::string& v) {
+  auto hp = parse_authority(v, 0);
+  if (!hp || !(is_ipv4_literal(hp->host) || is_ipv6_literal(hp->host))) {
+    // Port 0 is allowed: parse_authority refuses it, so check by hand.
+    std::string s = v;
+    size_t colon = s.rfind(':');
+    if (colon != std::string::npos && s.substr(colon + 1) == "0") {
+      std::string host = s.substr(0, colon);
+      if (!host.empty() && host.front() == '[' && host.back() == ']')
+        host = host.substr(1, host.size() - 2);
+      if (is_ipv4_literal(host) || is_ipv6_literal(host)) return {};
+    }
+    return make_error(Errc::invalid_argument,
+                      "{} {}: expected an IP address and port, e.g. 127.0.0.1:8088 or [::1]:0",
+                      flag, v);
+  }
+  return {};
+}
+
+// Applies one setting; `flag` is the flag spelling for messages.
+Result<void> apply(Config& c, std::string_view key, const std::string& v, std::string_view flag) {
+  if (key == "listen") {
+    FY_TRY(check_endpoint(flag, v));
+    c.listen = v;
+  } else if (key == "admin") {
+    if (v != "off") FY_TRY(check_endpoint(flag, v));
+    c.admin = v;
+  } else if (key == "state-dir") {
+    c.state_dir = v;
+  } else if (key == "policy") {
+    c.policy_file = v;
+    c.policy_explicit = true;
+  } else if (key == "netlog") {
+    c.netlog_file = v;
+  } else if (key == "netlog-max-bytes") {
+    auto n = parse_count(flag, v, 4096, uint64_t{1} << 40);
+    if (!n) return std::move(n).take_error();
+    c.netlog_max_bytes = *n;
+  } else if (key == "netlog-backups") {
+    auto n = parse_count(flag, v, 0, 1000);
+    if (!n) return std::move(n).take_error();
+    c.netlog_backups = static_cast<int>(*n);
+  } else if (key == "port-file") {
+    c.port_file = v;
+  } else if (key == "upstream-ca") {
+    c.upstream_ca = v;
+  } else if (key == "system-roots") {
+    c.system_roots = v;
+  } else if (key == "stamp-key") {
+    c.stamp_key_file = v;
+  } else if (key == "resolve") {
+    size_t eq = v.find('=');
+    if (eq == std::string::npos)
+      return make_error(Errc::invalid_argument, "{} {}: expected HOST=IP", flag, v);
+    auto host = normalize_host(std::string_view(v).substr(0, eq));
+    std::string ip = v.substr(eq + 1);
+    if (!host || !(is_ipv4_literal(ip) || is_ipv6_literal(ip)))
+      return make_error(Errc::invalid_argument, "{} {}: expected HOST=IP with an IP literal", flag,
+                        v);
+    c.resolve.emplace_back(*host, ip);
+  } else if (key == "learn-window") {
+    auto n = parse_seconds(flag, v);
+    if (!n) return std::move(n).take_error();
+    if (*n == 0 || *n > 8 * 3600 * 1000)
+      return make_error(Errc::invalid_argument, "{} {}: a learn window lasts 1..28800 s", flag, v);
+    c.learn_window_ms = *n;
+  } else if (key == "max-connections") {
+    auto n = parse_count(flag, v, 1, 1'000'000);
+    if (!n) return std::move(n).take_error();
+    c.limits.max_connections = static_cast<uint32_t>(*n);
+  } else if (key == "max-head-bytes") {
+    auto n = parse_count(flag, v, 1024, 1 << 20);
+    if (!n) return std::move(n).take_error();
+    c.limits.max_head_bytes = *n;
+  } else if (key == "max-headers") {
+    auto n = parse_count(flag, v, 8, 10000);
+    if (!n) return std::move(n).take_error();
+    c.limits.max_headers = *n;
+  } else if (key == "cert-cache") {
+    auto n = parse_count(flag, v, 1, 1'000'000);
+    if (!n) return std::move(n).take_error();
+    c.cert_cache = *n;
+  } else if (key == "log-level") {
+    auto l = log::parse_level(v);
+    if (!l)
+      return make_error(Errc::invalid_argument, "{} {}: use debug, info, warn or error", flag, v);
+    c.log_level = *l;
+  } else {
+    uint64_t* target = nullptr;
+    if (key == "head-timeout") target = &c.limits.head_timeout_ms;
+    else if (key == "idle-timeout") target = &c.limits.idle_timeout_ms;
+    else if (key == "connect-timeout") target = &c.limits.connect_timeout_ms;
+    else if (key == "io-timeout") target = &c.limits.io_timeout_ms;
+    else if (key == "tunnel-idle-timeout") target = &c.limits.tunnel_idle_timeout_ms;
+    else if (key == "drain-timeout") target = &c.limits.drain_timeout_ms;
+    if (!target)
+      return make_error(Errc::invalid_argument, "unknown option {}: see fy-proxy --help", flag);
+    auto n = parse_seconds(flag, v);
+    if (!n) return std::move(n).take_error();
+    if (*n == 0 && key != "drain-timeout")
+      return make_error(Errc::invalid_argument, "{} must be at least 1 second", flag);
+    *target = *n;
+  }
+  return {};
+}
+
+Result<void> apply_file(Config& c, const std::string& path) {
+  auto doc = cfg::Doc::load_file(path);
+  if (!doc) return std::move(doc).take_error();
+  cfg::Table root = doc->root();
+  // Every key is optional and mirrors a flag; integers and strings are both
+  // accepted for numbers so the file reads naturally.
+  static const char* kKeys[] = {
+      "listen", "admin", "state_dir", "policy", "netlog", "netlog_max_bytes", "netlog_backups",
+      "port_file", "upstream_ca", "system_roots", "stamp_key", "learn_window", "max_connections",
+      "max_head_bytes", "max_headers", "head_timeout", "idle_timeout", "connect_timeout",
+      "io_timeout", "tunnel_idle_timeout", "drain_timeout", "cert_cache", "log_level"};
+  for (const char* k : kKeys) {
+    std::string type = root.type_of(k);
+    if (type.empty()) continue;
+    std::string value;
+    if (type == "string") {
+      value = *root.string(k);
+    } else if (type == "integer") {
+      value = std::to_string(*root.integer(k, 0, INT64_MAX));
+    } else {
+      root.error(k, "expected a string or an integer, found " + type);
+      continue;
+    }
+    std::string flag_key = k;
+    for (char& ch : flag_key)
+      if (ch == '_') ch = '-';
+    auto r = apply(c, flag_key, value, root.where(k) + ": " + k);
+    if (!r) root.error(k, r.error().message);
+  }
+  if (auto res = root.string_map("resolve")) {
+    for (auto& [h, ip] : *res) {
+      auto r = apply(c, "resolve", h + "=" + ip, root.where("resolve") + ": resolve");
+      if (!r) root.error("resolve", r.error().message);
+    }
+  }
+  root.finish();
+  return doc->result();
+}
+
+}  // namespace
+
+Result<Config> parse_args(int argc, char** argv) {
+  Config c;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") return Error{Errc::closed, usage()};
+    if (arg == "--version") return Error{Errc::closed, "fy-proxy 0.1.0\n"};
+    if (arg.rfind("--", 0) != 0)
+      return make_error(Errc::invalid_argument, "unexpected argument '{}': see fy-proxy --help",
+                        arg);
+    std::string key = arg.substr(2), value;
+    size_t eq = key.find('=');
+    if (eq != std::string::npos) {
+      value = key.substr(eq + 1);
+      key = key.substr(0, eq);
+    } else {
+      if (i + 1 >= argc)
+        return make_error(Errc::invalid_argument, "{} needs a value: see fy-proxy --help", arg);
+      value = argv[++i];
+    }
+    if (key == "config") {
+      FY_TRY(apply_file(c, value));
+      continue;
+    }
+    FY_TRY(apply(c, key, value, "--" + key));
+  }
+  if (c.state_dir.empty()) c.state_dir = default_state_dir();
+  if (c.policy_file.empty()) c.policy_file = c.state_dir + "/policy.toml";
+  if (c.netlog_file.empty()) c.netlog_file = c.state_dir + "/logs/egress.jsonl";
+  return c;
+}
+
+}  // namespace fy::proxy

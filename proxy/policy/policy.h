@@ -1,0 +1,103 @@
+// The proxy's policy: allowlist mode, grants and passthrough, read from the
+// TOML file the supervisor rewrites atomically (docs/fy-proxy.md, "Policy").
+//
+// A Policy is immutable once built and shared as shared_ptr<const Policy>:
+// each connection keeps the snapshot it was judged with, and a reload swaps
+// in a new one on the loop thread, then re-judges open connections.
+// A missing or malformed file yields Policy::closed(): enforce, nothing
+// granted, nothing tunnelled.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/result.h"
+#include "proxy/policy/pattern.h"
+
+namespace fy::cfg {
+class Doc;
+}
+
+namespace fy::policy {
+
+enum class Mode : uint8_t { enforce, observe, learn };
+enum class Level : uint8_t { once, session, permanent };
+enum class Scope : uint8_t { runtime, build };
+enum class Verdict : uint8_t { allow, block, would_block };
+
+const char* mode_name(Mode m);
+
+struct Grant {
+  Pattern pattern;
+  Level level = Level::permanent;
+  Scope scope = Scope::runtime;
+  int64_t expires_ms = 0;  // 0: no expiry
+};
+
+// What is judged: always the destination (CONNECT target or dialled
+// address), never a Host header.
+struct Target {
+  std::string_view host;  // normalized
+  uint16_t port = 0;
+  Kind kind = Kind::connect;
+  bool build = false;  // the connection proved a build secret
+};
+
+inline constexpr int64_t kOnceGrantMs = 120 * 1000;
+inline constexpr int64_t kMaxLearnWindowMs = 8 * 3600 * 1000;
+
+class Policy {
+ public:
+  static Result<std::shared_ptr<const Policy>> load_file(const std::string& path, int64_t now_ms);
+  static Result<std::shared_ptr<const Policy>> parse(std::string_view text,
+                                                     const std::string& path, int64_t now_ms);
+  // The fail-closed policy, remembering why.
+  static std::shared_ptr<const Policy> closed(std::string reason);
+  // A learn-mode policy for a first start with no policy file.
+  static std::string default_text(int64_t now_ms, int64_t window_ms);
+
+  Verdict judge(const Target& t, int64_t now_ms) const;
+  // Whether the allowlist refuses what it does not grant (false while
+  // observing or inside a learn window).
+  bool enforcing(int64_t now_ms) const;
+  // Whether a CONNECT to `dest` whose ClientHello names `sni` ("" when none)
+  // is tunnelled undecrypted. An SNI that disagrees with the destination is
+  // always decrypted.
+  bool tunnel(std::string_view dest, std::string_view sni, bool build) const;
+
+  Mode mode() const { return mode_; }
+  int64_t learn_until_ms() const { return learn_until_ms_; }
+  int64_t observing_since_ms() const { return observing_since_ms_; }
+  bool failed_closed() const { return !failure_.empty(); }
+  const std::string& failure() const { return failure_; }
+  size_t grant_count() const { return grants_; }
+  const std::vector<std::string>& warnings() const { return warnings_; }
+  // The next instant judging changes by itself (a learn window closing, a
+  // timed grant expiring), or 0 when none is pending.
+  int64_t next_change_ms(int64_t now_ms) const;
+  // "enforce · 3 grants · 2 passthrough entries" for the reload log line.
+  std::string summary(int64_t now_ms) const;
+
+ private:
+  static Result<std::shared_ptr<const Policy>> from_doc(cfg::Doc& doc, int64_t now_ms);
+  struct TimedGrant {
+    Grant grant;
+    PatternSet set;  // the grant's one pattern, for covers()
+  };
+
+  Mode mode_ = Mode::enforce;
+  int64_t learn_until_ms_ = 0;
+  int64_t observing_since_ms_ = 0;
+  PatternSet allow_;
+  PatternSet build_allow_;
+  std::vector<TimedGrant> timed_;  // grants with an expiry, checked in order
+  PatternSet passthrough_;
+  size_t grants_ = 0;
+  std::string failure_;
+  std::vector<std::string> warnings_;
+};
+
+}  // namespace fy::policy

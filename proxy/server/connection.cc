@@ -1,0 +1,1401 @@
+#include "proxy/server/connection.h"
+
+#include <netdb.h>
+#include <openssl/ssl.h>
+
+#include <cstring>
+
+#include "core/clock.h"
+#include "core/log.h"
+#include "core/loop.h"
+#include "core/stamp.h"
+#include "core/text.h"
+#include "proxy/http/rewrite.h"
+#include "proxy/server/server.h"
+#include "proxy/tls/client_hello.h"
+
+namespace fy::proxy {
+
+// A DNS lookup outlives its connection when the connection closes first: the
+// connection clears `conn`, and the callback then only frees the query.
+struct DnsQuery {
+  uv_getaddrinfo_t req;
+  Connection* conn = nullptr;
+  static void on_done(uv_getaddrinfo_t* req, int status, struct addrinfo* res);
+};
+
+namespace {
+
+constexpr size_t kMaxStash = 64 * 1024;
+constexpr uint64_t kLingerMs = 2000;
+constexpr uint64_t kOpaqueSilenceMs = 1000;
+
+constexpr const char* kRefusalBody =
+    "refused by the foldyard allowlist - grant it on your computer: `fy allow add {}`\n";
+const char* kClaimBody =
+    "refused by the foldyard proxy - the request's Host header names a different host than the "
+    "one it is sent to\n";
+
+const char* errc_kind(Errc e) {
+  switch (e) {
+    case Errc::dns: return "dns";
+    case Errc::connect: return "connect";
+    case Errc::tls: return "tls";
+    case Errc::reset: return "reset";
+    case Errc::timeout: return "timeout";
+    case Errc::closed: return "closed";
+    case Errc::parse: return "protocol";
+    default: return "io";
+  }
+}
+
+bool looks_like_http(std::string_view s) {
+  // An upper-case token followed by a space: "GET ", "POST ".
+  size_t i = 0;
+  while (i < s.size() && i < 16 && s[i] >= 'A' && s[i] <= 'Z') ++i;
+  return i > 0 && i < s.size() && s[i] == ' ';
+}
+
+// Splits an absolute-form target "http://authority/path?q" into its parts.
+bool split_absolute(std::string_view target, std::string_view* scheme,
+                    std::string_view* authority, std::string_view* path) {
+  size_t sep = target.find("://");
+  if (sep == std::string_view::npos) return false;
+  *scheme = target.substr(0, sep);
+  std::string_view rest = target.substr(sep + 3);
+  size_t slash = rest.find_first_of("/?");
+  *authority = rest.substr(0, slash);
+  *path = slash == std::string_view::npos ? std::string_view("/") : rest.substr(slash);
+  return !authority->empty() && authority->find('@') == std::string_view::npos;
+}
+
+log::RateLimit g_upstream_log(20, 10'000);
+
+}  // namespace
+
+void DnsQuery::on_done(uv_getaddrinfo_t* req, int status, struct addrinfo* res) {
+  auto* q = static_cast<DnsQuery*>(req->data);
+  if (q->conn) {
+    q->conn->dns_ = nullptr;
+    q->conn->on_resolved(status, res);
+  }
+  if (res) uv_freeaddrinfo(res);
+  delete q;
+}
+
+Connection::Connection(Server& srv, uint64_t id)
+    : srv_(srv),
+      id_(id),
+      client_(srv.loop(), this),
+      req_scan_(req_limits()),
+      req_parser_(HTTP_REQUEST, req_limits()),
+      resp_scan_(resp_limits()),
+      resp_parser_(HTTP_RESPONSE, resp_limits()) {
+  uv_timer_init(srv.loop(), &timer_);
+  timer_.data = this;
+  resp_parser_.on_body = [this](std::string_view b) {
+    if (ex_.capture_body && ex_.row.error_body.size() < netlog::kMaxErrorBody)
+      ex_.row.error_body.append(b.substr(0, netlog::kMaxErrorBody - ex_.row.error_body.size()));
+  };
+}
+
+const http::Limits& Connection::req_limits() const { return srv_.http_limits(); }
+const http::Limits& Connection::resp_limits() const { return srv_.response_limits(); }
+
+Connection::~Connection() = default;
+
+bool Connection::accept(uv_stream_t* listener) {
+  accepted_ = true;
+  accepted_ms_ = last_io_ms_ = uv_now(srv_.loop());
+  if (client_.accept_from(listener) != 0) {
+    close("accept failed");
+    return false;
+  }
+  peer_ = client_.peer_address();
+  client_.start_reading();
+  arm_timer();
+  return true;
+}
+
+// ---------------------------------------------------------------------------
+// Stream callbacks
+
+void Connection::on_read(Stream& s, const ChunkRef& c, const char* p, size_t n) {
+  touch();
+  if (&s == &client_) {
+    srv_.metrics().bytes_up += n;
+    on_client_bytes(c, p, n);
+  } else {
+    srv_.metrics().bytes_down += n;
+    on_origin_bytes(c, p, n);
+  }
+}
+
+void Connection::on_eof(Stream& s) {
+  touch();
+  if (&s == &client_) {
+    client_eof_ = true;
+    switch (mode_) {
+      case Mode::tunnel:
+        if (origin_) origin_->shutdown();
+        finish_tunnel_if_done();
+        return;
+      case Mode::lingering: close("client closed"); return;
+      case Mode::hello:
+      case Mode::handshake: close("client closed before the tunnel was set up"); return;
+      case Mode::http:
+        if (ex_.active && req_ == Req::done && !ex_.response_started) {
+          // A half-closed client still reads the response.
+          ex_.close_after = true;
+          return;
+        }
+        if (ex_.active && ex_.response_started) {
+          ex_.close_after = true;
+          return;
+        }
+        if (ex_.active) {
+          ex_.row.error = "closed: the client closed the connection mid-request";
+          write_exchange_row();
+        }
+        close("client closed");
+        return;
+    }
+    return;
+  }
+  // The origin.
+  origin_eof_ = true;
+  if (mode_ == Mode::tunnel) {
+    client_.shutdown();
+    finish_tunnel_if_done();
+    return;
+  }
+  if (ex_.active && resp_ == Resp::body && resp_parser_.body_until_eof()) {
+    resp_parser_.finish();
+    ex_.origin_reuse = false;
+    ex_.close_after = true;  // the client reads this body until the connection closes
+    on_response_complete();
+    return;
+  }
+  if (ex_.active && (resp_ == Resp::head || resp_ == Resp::body)) {
+    if (resp_ == Resp::head && retry_on_fresh_origin()) return;
+    origin_failed(Errc::closed, resp_ == Resp::head
+                                    ? "the origin closed the connection before responding"
+                                    : "the origin closed the connection mid-response");
+    return;
+  }
+  retire_origin();  // an idle kept-alive origin went away
+}
+
+void Connection::on_error(Stream& s, Errc kind, const std::string& detail) {
+  if (&s == &client_) {
+    if (mode_ == Mode::handshake) {
+      ++srv_.metrics().tls_client_handshake_failures;
+      log::debug("c{} TLS handshake with the client failed: {}", id_, detail);
+    }
+    if (ex_.active && mode_ == Mode::http) {
+      ex_.row.error = std::string("client: ") + errc_kind(kind) + ": " + detail;
+      write_exchange_row();
+    }
+    close("client error");
+    return;
+  }
+  if (kind == Errc::connect && !origin_ready_ && next_addr_ < addrs_.size()) {
+    origin_last_error_ = detail;
+    retire_origin_keep_addrs();
+    connect_next();
+    return;
+  }
+  if (kind == Errc::tls && detail.rfind("verify: ", 0) == 0) {
+    ++srv_.metrics().tls_origin_verify_failures;
+    origin_failed(Errc::tls, "tls_verify: " + detail.substr(8) + " (the origin's certificate for " +
+                                 origin_dest_.host + " is not trusted)");
+    return;
+  }
+  origin_failed(kind, detail);
+}
+
+void Connection::on_ready(Stream& s) {
+  if (&s == &client_) {
+    // TLS with the client is up: serve the decrypted requests.
+    ++srv_.metrics().tls_client_handshakes;
+    mode_ = Mode::http;
+    req_ = Req::head;
+    arm_timer();
+    return;
+  }
+  origin_ready_ = true;
+  dial_start_ms_ = 0;
+  if (origin_tls_) ++srv_.metrics().tls_origin_handshakes;
+  if (mode_ == Mode::tunnel && !hello_.empty()) {
+    origin_->write(hello_);
+    hello_.clear();
+  }
+  arm_timer();
+}
+
+void Connection::on_drain(Stream& s) {
+  if (&s == &client_) {
+    resume_origin(kPeerFull);
+  } else {
+    resume_client(kPeerFull);
+  }
+}
+
+void Connection::on_shutdown(Stream& s) {
+  if (&s == &client_ && mode_ == Mode::lingering && client_eof_) {
+    close("answered");
+    return;
+  }
+  if (mode_ == Mode::tunnel) finish_tunnel_if_done();
+}
+
+void Connection::on_closed(Stream&) {
+  // Only the client stream reports here; origins close and free themselves.
+  maybe_release();
+}
+
+// ---------------------------------------------------------------------------
+// Client side
+
+void Connection::on_client_bytes(const ChunkRef& c, const char* p, size_t n) {
+  switch (mode_) {
+    case Mode::lingering: return;  // discarded
+    case Mode::tunnel:
+      tunnel_up_ += n;
+      if (origin_) {
+        if (!origin_ready_ && tunnel_ != TunnelKind::upgrade) {
+          hello_.append(p, n);  // still connecting: kept until on_ready
+        } else {
+          origin_->write(c, p, n);
+          if (origin_->above_high()) pause_client(kPeerFull);
+        }
+      }
+      return;
+    case Mode::hello: on_hello_bytes(p, n); return;
+    case Mode::handshake: return;  // TLS delivers nothing before on_ready
+    case Mode::http: process_client(c, p, n); return;
+  }
+}
+
+void Connection::process_client(const ChunkRef& c, const char* p, size_t n) {
+  while (n > 0 && mode_ == Mode::http && !closing_) {
+    if (req_ == Req::done) {
+      // Pipelined bytes wait until the response is complete.
+      stash(c, p, n);
+      return;
+    }
+    if (req_ == Req::head) {
+      if (head_start_ms_ == 0) {
+        head_start_ms_ = uv_now(srv_.loop());
+        arm_timer();
+      }
+      size_t used = 0;
+      http::ParseError err;
+      auto st = req_scan_.scan(std::string_view(p, n), &used, &err);
+      if (st == http::HeadScanner::Status::error) {
+        begin_row("");
+        answer_parse_error(err);
+        return;
+      }
+      if (st == http::HeadScanner::Status::need_more) {
+        head_buf_.append(p, n);
+        return;
+      }
+      std::string_view head;
+      if (head_buf_.empty()) {
+        head = std::string_view(p, used);  // in place: `c` holds the bytes for this call
+      } else {
+        head_buf_.append(p, used);
+        head = head_buf_;
+      }
+      p += used;
+      n -= used;
+      head_start_ms_ = 0;
+      on_request_head(head);
+      continue;
+    }
+    // Req::body
+    http::ParseError err;
+    auto used = req_parser_.parse_body(p, n, &err);
+    if (!used) {
+      ex_.row.error = "protocol: " + err.reason;
+      if (!ex_.response_started) {
+        ex_.active = true;
+        answer_parse_error(err);
+      } else {
+        write_exchange_row();
+        close("malformed request body");
+      }
+      return;
+    }
+    if (*used > 0) {
+      ex_.row.bytes_up += *used;
+      ex_.body_sent = true;
+      if (origin_) origin_->write(c, p, *used);
+      p += *used;
+      n -= *used;
+    }
+    if (req_parser_.message_complete()) on_request_complete();
+    if (origin_ && origin_->above_high()) pause_client(kPeerFull);
+  }
+}
+
+void Connection::stash(const ChunkRef& c, const char* p, size_t n) {
+  Slice s;
+  s.chunk = c;
+  s.off = static_cast<uint32_t>(p - c->data());
+  s.len = static_cast<uint32_t>(n);
+  stash_.push_back(std::move(s));
+  stash_bytes_ += n;
+  if (stash_bytes_ > kMaxStash) pause_client(kStashFull);
+}
+
+void Connection::replay_stash() {
+  std::vector<Slice> pending;
+  pending.swap(stash_);
+  stash_bytes_ = 0;
+  resume_client(kStashFull);
+  for (size_t i = 0; i < pending.size(); ++i) {
+    if (closing_ || mode_ != Mode::http || req_ == Req::done) {
+      // Not consumed yet: keep the rest for later, in order.
+      for (size_t j = i; j < pending.size(); ++j) {
+        stash_bytes_ += pending[j].len;
+        stash_.push_back(std::move(pending[j]));
+      }
+      if (stash_bytes_ > kMaxStash) pause_client(kStashFull);
+      return;
+    }
+    Slice& s = pending[i];
+    process_client(s.chunk, s.data(), s.len);
+  }
+}
+
+void Connection::begin_row(std::string_view method) {
+  ex_ = Exchange{};
+  ex_.active = true;
+  ex_.start_ms = uv_now(srv_.loop());
+  ex_.row.ts_ms = wall_ms();
+  ex_.row.method = std::string(method);
+}
+
+void Connection::on_request_head(std::string_view head) {
+  http::ParseError err;
+  ++srv_.metrics().requests;
+  bool parsed = req_parser_.parse_head(head, &req_head_, &err);
+  begin_row(parsed ? req_head_.method : std::string_view());
+  ex_.row.bytes_up = head.size();
+  if (!parsed || !http::check_request_framing(req_head_, &err)) {
+    answer_parse_error(err);
+    return;
+  }
+  if (auto ua = req_head_.get("user-agent")) ex_.row.ua = std::string(*ua);
+  ex_.method = req_head_.method_id;
+  ex_.upgrade = req_head_.upgrade && req_head_.method_id != HTTP_CONNECT;
+  ex_.client_keep_alive = req_head_.keep_alive;
+
+  if (first_head_) {
+    first_head_ = false;
+    bind_stamp(req_head_);
+  }
+
+  if (!in_connect_ && req_head_.method_id == HTTP_CONNECT) {
+    handle_connect();
+    return;
+  }
+
+  // The destination: the CONNECT target for requests inside a tunnel, the
+  // absolute-form URL's authority otherwise. Never the Host header.
+  HostPort dest;
+  policy::Kind kind;
+  std::string_view target = req_head_.target;
+  std::string_view path = target;
+  if (in_connect_) {
+    dest = connect_dest_;
+    kind = inner_kind_;
+    std::string_view scheme, authority;
+    if (split_absolute(target, &scheme, &authority, &path)) {
+      auto hp = parse_authority(authority, policy::default_port(kind));
+      if (!hp || *hp != dest) {
+        ++srv_.metrics().refused_claim;
+        ex_.row.host = dest.key(policy::default_port(kind));
+        answer(403, kClaimBody, !req_parser_.message_complete());
+        return;
+      }
+    } else if (target.empty() || (target[0] != '/' && target != "*")) {
+      answer_parse_error({400, "the request target is not a path"});
+      return;
+    }
+  } else {
+    std::string_view scheme, authority;
+    if (!split_absolute(target, &scheme, &authority, &path)) {
+      answer(400,
+             "foldyard's proxy refused this request: it is a proxy, so requests name their "
+             "destination in absolute form (GET http://host/path HTTP/1.1) or use CONNECT "
+             "host:port\n",
+             true);
+      ++srv_.metrics().bad_requests;
+      return;
+    }
+    if (iequals(scheme, "http")) {
+      kind = policy::Kind::cleartext;
+    } else if (iequals(scheme, "https")) {
+      kind = policy::Kind::https;
+    } else {
+      answer(400, fmt::format("foldyard's proxy refused this request: the scheme '{}' is not "
+                              "served; use http:// or CONNECT\n",
+                              scheme),
+             true);
+      ++srv_.metrics().bad_requests;
+      return;
+    }
+    auto hp = parse_authority(authority, policy::default_port(kind));
+    if (!hp) {
+      answer(400, "foldyard's proxy refused this request: " + hp.error().message + "\n", true);
+      ++srv_.metrics().bad_requests;
+      return;
+    }
+    dest = std::move(*hp);
+  }
+  ex_.dest = dest;
+  ex_.kind = kind;
+  ex_.row.host = dest.key(policy::default_port(kind));
+  ex_.row.path = std::string(path);
+
+  // The claim check: a Host header must name the destination.
+  if (auto host = req_head_.get("host")) {
+    auto hp = parse_authority(*host, policy::default_port(kind));
+    if (!hp || hp->host != dest.host || hp->port != dest.port) {
+      ++srv_.metrics().refused_claim;
+      answer(403, kClaimBody, !req_parser_.message_complete());
+      return;
+    }
+  } else if (req_head_.http_minor >= 1) {
+    answer_parse_error({400, "an HTTP/1.1 request needs a Host header"});
+    return;
+  }
+
+  int64_t now = wall_ms();
+  auto verdict = srv_.policy().judge({dest.host, dest.port, kind, build_}, now);
+  if (verdict == policy::Verdict::block) {
+    refuse(ex_.row.host);
+    return;
+  }
+  if (verdict == policy::Verdict::would_block) log_would_block(ex_.row.host, req_head_.method);
+  forward_request(dest, kind, path);
+}
+
+void Connection::handle_connect() {
+  auto hp = parse_authority(req_head_.target, 0);
+  if (!hp) {
+    answer(400,
+           "foldyard's proxy refused this CONNECT: " + hp.error().message +
+               " (write CONNECT host:port)\n",
+           true);
+    ++srv_.metrics().bad_requests;
+    return;
+  }
+  connect_dest_ = *hp;
+  ex_.dest = *hp;
+  ex_.kind = policy::Kind::connect;
+  ex_.row.host = hp->key(443);
+  if (auto host = req_head_.get("host")) {
+    // A CONNECT's Host, when sent, names the same authority.
+    auto hh = parse_authority(*host, hp->port);
+    if (!hh || *hh != *hp) {
+      ++srv_.metrics().refused_claim;
+      answer(403, kClaimBody, true);
+      return;
+    }
+  }
+  int64_t now = wall_ms();
+  auto verdict = srv_.policy().judge({hp->host, hp->port, policy::Kind::connect, build_}, now);
+  if (verdict == policy::Verdict::block) {
+    refuse(ex_.row.host);
+    return;
+  }
+  if (verdict == policy::Verdict::would_block) log_would_block(ex_.row.host, "CONNECT");
+
+  in_connect_ = true;
+  inner_kind_ = hp->port == 80 ? policy::Kind::cleartext : policy::Kind::https;
+  req_parser_.reset();
+  req_scan_.reset();
+  head_buf_.clear();
+  tunnel_start_wall_ = ex_.row.ts_ms;
+  tunnel_start_ms_ = ex_.start_ms;
+  client_.write("HTTP/1.1 200 Connection established\r\n\r\n");
+  ex_.active = false;  // the tunnel's own row (or its requests' rows) follow
+  mode_ = Mode::hello;
+  mode_start_ms_ = uv_now(srv_.loop());
+  arm_timer();
+  // Bytes already read past the CONNECT head are the start of the tunnel.
+}
+
+void Connection::on_hello_bytes(const char* p, size_t n) {
+  hello_.append(p, n);
+  auto ch = tls::parse_client_hello(hello_);
+  switch (ch.status) {
+    case tls::ClientHello::Status::need_more: return;
+    case tls::ClientHello::Status::malformed:
+      tls_mode_ = "opaque";
+      ++srv_.metrics().bad_requests;
+      log::info("c{} CONNECT {}: the client sent a malformed TLS ClientHello; closing", id_,
+                connect_dest_.authority());
+      begin_row("CONNECT");
+      ex_.row.host = connect_dest_.key(443);
+      ex_.row.error = "protocol: malformed TLS ClientHello";
+      write_exchange_row();
+      close("malformed ClientHello");
+      return;
+    case tls::ClientHello::Status::not_tls:
+      if (looks_like_http(hello_)) {
+        // Cleartext HTTP inside the tunnel: served like any request, judged
+        // on the CONNECT target.
+        tls_mode_ = "plain";
+        inner_kind_ = policy::Kind::cleartext;
+        mode_ = Mode::http;
+        req_ = Req::head;
+        std::string bytes;
+        bytes.swap(hello_);
+        ChunkRef c = ChunkPool::alloc();
+        size_t off = 0;
+        while (off < bytes.size() && mode_ == Mode::http && !closing_) {
+          size_t take = std::min(bytes.size() - off, Chunk::kSize);
+          memcpy(c->data(), bytes.data() + off, take);
+          process_client(c, c->data(), take);
+          off += take;
+          if (off < bytes.size()) c = ChunkPool::alloc();
+        }
+        return;
+      }
+      start_tunnel(TunnelKind::opaque);
+      return;
+    case tls::ClientHello::Status::ok: break;
+  }
+  sni_ = ch.sni;
+  if (srv_.policy().tunnel(connect_dest_.host, ch.sni_present ? ch.sni : "", build_)) {
+    start_tunnel(TunnelKind::passthrough);
+  } else {
+    start_decrypt(ch.sni);
+  }
+}
+
+void Connection::start_tunnel(TunnelKind kind) {
+  tunnel_ = kind;
+  tls_mode_ = kind == TunnelKind::passthrough ? "passthrough" : "opaque";
+  mode_ = Mode::tunnel;
+  mode_start_ms_ = uv_now(srv_.loop());
+  ++srv_.metrics().tunnels;
+  dial(connect_dest_, /*tls=*/false);  // hello_ is written on_ready
+  arm_timer();
+}
+
+void Connection::start_decrypt(const std::string& sni) {
+  tls_mode_ = "decrypted";
+  inner_kind_ = policy::Kind::https;
+  // The certificate names what the client asked for (its SNI) so it can
+  // read the proxy's answer; decisions still use the CONNECT target.
+  const std::string& name = sni.empty() ? connect_dest_.host : sni;
+  auto leaf = srv_.ca().leaf_for(name, wall_ms());
+  if (!leaf) {
+    log::error("c{} cannot mint a certificate for {}: {}", id_, name, leaf.error().message);
+    close("certificate minting failed");
+    return;
+  }
+  mode_ = Mode::handshake;
+  mode_start_ms_ = uv_now(srv_.loop());
+  std::string hello;
+  hello.swap(hello_);
+  // Dial the origin while the client handshakes.
+  dial(connect_dest_, /*tls=*/true);
+  if (closing_) return;
+  client_.start_tls_server(srv_.server_ctx(), *leaf, srv_.ca().ca_der(), srv_.ca().leaf_key(),
+                           hello);
+  arm_timer();
+}
+
+void Connection::forward_request(const HostPort& dest, policy::Kind kind, std::string_view target) {
+  bool tls = kind == policy::Kind::https;
+  bool reuse = origin_ && !origin_->closing() && !origin_eof_ && origin_dest_ == dest &&
+               origin_tls_ == tls;
+  if (!reuse) {
+    dial(dest, tls);
+    if (closing_) return;
+  }
+  ex_.reused_origin = reuse && !origin_fresh_;
+  origin_fresh_ = false;
+
+  http::RequestOut out;
+  out.method = req_head_.method;
+  out.target = target;
+  std::string host_header = dest.key(policy::default_port(kind));
+  out.host = host_header;
+  out.upgrade = ex_.upgrade;
+  ex_.sent_head.clear();
+  http::build_request_head(ex_.sent_head, req_head_, out);
+  origin_->write(ex_.sent_head);
+  resp_parser_.expect_response_to(req_head_.method_id);
+  resp_ = Resp::head;
+  resp_scan_.reset();
+  resp_head_buf_.clear();
+  head_buf_.clear();
+  req_scan_.reset();
+  // req_head_'s views die with the head bytes: nothing reads them after here.
+  if (req_parser_.message_complete() || ex_.upgrade) {
+    on_request_complete();
+  } else {
+    req_ = Req::body;
+  }
+  arm_timer();
+}
+
+void Connection::on_request_complete() {
+  req_ = Req::done;
+  if (ex_.upgrade) return;  // the response decides: 101 -> tunnel, else go on
+}
+
+// ---------------------------------------------------------------------------
+// Origin side
+
+void Connection::on_origin_bytes(const ChunkRef& c, const char* p, size_t n) {
+  if (mode_ == Mode::tunnel) {
+    tunnel_down_ += n;
+    client_.write(c, p, n);
+    if (client_.above_high()) pause_origin(kPeerFull);
+    return;
+  }
+  while (n > 0 && !closing_) {
+    if (resp_ == Resp::none) {
+      // Bytes nobody asked for: the origin is confused. Drop the connection.
+      log::debug("c{} origin {} sent {} unexpected bytes; dropping it", id_,
+                 origin_dest_.authority(), n);
+      retire_origin();
+      return;
+    }
+    if (resp_ == Resp::head) {
+      size_t used = 0;
+      http::ParseError err;
+      auto st = resp_scan_.scan(std::string_view(p, n), &used, &err);
+      if (st == http::HeadScanner::Status::error) {
+        origin_failed(Errc::parse, "the origin's response head is malformed: " + err.reason);
+        return;
+      }
+      if (st == http::HeadScanner::Status::need_more) {
+        resp_head_buf_.append(p, n);
+        return;
+      }
+      std::string_view head;
+      if (resp_head_buf_.empty()) {
+        head = std::string_view(p, used);
+      } else {
+        resp_head_buf_.append(p, used);
+        head = resp_head_buf_;
+      }
+      p += used;
+      n -= used;
+      on_response_head(head);
+      if (mode_ == Mode::tunnel) {
+        if (n > 0) {
+          tunnel_down_ += n;
+          client_.write(c, p, n);
+        }
+        return;
+      }
+      continue;
+    }
+    // Resp::body
+    http::ParseError err;
+    auto used = resp_parser_.parse_body(p, n, &err);
+    if (!used) {
+      origin_failed(Errc::parse, "the origin's response body is malformed: " + err.reason);
+      return;
+    }
+    if (*used > 0) {
+      client_.write(c, p, *used);
+      ex_.row.bytes_down += *used;
+      p += *used;
+      n -= *used;
+    }
+    if (resp_parser_.message_complete()) {
+      on_response_complete();
+      if (n > 0 && origin_) {
+        log::debug("c{} origin {} sent bytes after its response; dropping it", id_,
+                   origin_dest_.authority());
+        retire_origin();
+      }
+      return;
+    }
+  }
+  if (client_.above_high()) pause_origin(kPeerFull);
+}
+
+void Connection::on_response_head(std::string_view head) {
+  http::ParseError err;
+  if (!resp_parser_.parse_head(head, &resp_head_, &err)) {
+    origin_failed(Errc::parse, "the origin's response head is malformed: " + err.reason);
+    return;
+  }
+  int status = resp_head_.status;
+  std::string out;
+  if (status >= 100 && status < 200 && status != 101) {
+    // Interim (100 Continue, 103 Early Hints): pass on, wait for the final one.
+    http::build_response_head(out, resp_head_, false, false);
+    client_.write(out);
+    ex_.row.bytes_down += out.size();
+    resp_parser_.next_message();
+    resp_scan_.reset();
+    resp_head_buf_.clear();
+    return;
+  }
+  ex_.sent_head.clear();
+  ex_.sent_head.shrink_to_fit();
+  ex_.row.status = status;
+  ex_.response_started = true;
+  ++srv_.metrics().responses_forwarded;
+  if (status == 101) {
+    if (!ex_.upgrade) {
+      origin_failed(Errc::parse, "the origin switched protocols without being asked to");
+      return;
+    }
+    http::build_response_head(out, resp_head_, false, /*upgrade=*/true);
+    client_.write(out);
+    ex_.row.bytes_down += out.size();
+    ++srv_.metrics().upgrades;
+    tunnel_ = TunnelKind::upgrade;
+    mode_ = Mode::tunnel;
+    mode_start_ms_ = uv_now(srv_.loop());
+    tunnel_start_ms_ = ex_.start_ms;
+    tunnel_start_wall_ = ex_.row.ts_ms;
+    // Bytes the client sent after its request belong to the new protocol.
+    std::vector<Slice> pending;
+    pending.swap(stash_);
+    stash_bytes_ = 0;
+    resume_client(kStashFull);
+    for (Slice& s : pending) {
+      tunnel_up_ += s.len;
+      origin_->write(s.chunk, s.data(), s.len);
+    }
+    arm_timer();
+    return;
+  }
+  if (ex_.upgrade) {
+    // Upgrade declined: the request is an ordinary one after all.
+    ex_.upgrade = false;
+  }
+  bool body_until_eof = resp_parser_.body_until_eof();
+  ex_.origin_reuse = resp_head_.keep_alive && !body_until_eof;
+  if (!ex_.client_keep_alive || srv_.draining() || body_until_eof || client_eof_)
+    ex_.close_after = true;
+  if (status >= 400) {
+    auto enc = resp_head_.get("content-encoding");
+    ex_.capture_body = !enc || iequals(*enc, "identity");
+  }
+  http::build_response_head(out, resp_head_, ex_.close_after, false);
+  client_.write(out);
+  ex_.row.bytes_down += out.size();
+  if (resp_parser_.message_complete()) {
+    on_response_complete();
+  } else {
+    resp_ = Resp::body;
+  }
+}
+
+void Connection::on_response_complete() {
+  if (!ex_.row.error_body.empty())
+    ex_.row.error_body = netlog::collapse_whitespace(ex_.row.error_body, netlog::kMaxErrorBody);
+  write_exchange_row();
+  resp_ = Resp::none;
+  resp_parser_.next_message();
+  resp_scan_.reset();
+  resp_head_buf_.clear();
+  if (!ex_.origin_reuse || req_ != Req::done) retire_origin();
+  if (req_ != Req::done) {
+    // The origin answered before the request body was complete: the rest of
+    // that body cannot be told apart from a next request. End here.
+    ex_.close_after = true;
+  }
+  bool close_after = ex_.close_after || client_eof_;
+  ex_ = Exchange{};
+  if (close_after) {
+    linger();
+    return;
+  }
+  req_ = Req::head;
+  req_parser_.next_message();
+  if (srv_.draining()) {
+    linger();
+    return;
+  }
+  arm_timer();
+  if (!stash_.empty()) replay_stash();
+}
+
+void Connection::dial(const HostPort& dest, bool tls) {
+  retire_origin();
+  origin_ = new Stream(srv_.loop(), this);
+  origin_dest_ = dest;
+  origin_tls_ = tls;
+  origin_ready_ = false;
+  origin_eof_ = false;
+  origin_fresh_ = true;
+  origin_pause_ = 0;
+  addrs_.clear();
+  next_addr_ = 0;
+  origin_last_error_.clear();
+  if (tls) origin_->set_tls_client(srv_.client_ctx(), dest.host);
+  dial_start_ms_ = uv_now(srv_.loop());
+  arm_timer();
+
+  std::string ip;
+  if (is_ipv4_literal(dest.host) || is_ipv6_literal(dest.host)) {
+    ip = dest.host;
+  } else if (const std::string* o = srv_.resolve_override(dest.host)) {
+    ip = *o;
+  }
+  if (!ip.empty()) {
+    sockaddr_storage ss;
+    socklen_t len;
+    make_sockaddr(ip, dest.port, &ss, &len);
+    addrs_.push_back(ss);
+    connect_next();
+    return;
+  }
+  auto* q = new DnsQuery;
+  q->conn = this;
+  q->req.data = q;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_ADDRCONFIG;
+  int rc = uv_getaddrinfo(srv_.loop(), &q->req, DnsQuery::on_done, dest.host.c_str(), nullptr,
+                          &hints);
+  if (rc != 0) {
+    delete q;
+    origin_failed(Errc::dns, uv::error_string(rc));
+    return;
+  }
+  dns_ = q;
+}
+
+void Connection::on_resolved(int status, addrinfo* res) {
+  if (status != 0 || !res) {
+    origin_failed(Errc::dns, fmt::format("{} does not resolve ({})", origin_dest_.host,
+                                         uv_strerror(status)));
+    return;
+  }
+  for (addrinfo* ai = res; ai; ai = ai->ai_next) {
+    if (ai->ai_family != AF_INET && ai->ai_family != AF_INET6) continue;
+    sockaddr_storage ss{};
+    memcpy(&ss, ai->ai_addr, ai->ai_addrlen);
+    reinterpret_cast<sockaddr_in*>(&ss)->sin_port = htons(origin_dest_.port);  // same offset in v6
+    addrs_.push_back(ss);
+    if (addrs_.size() >= 8) break;
+  }
+  if (addrs_.empty()) {
+    origin_failed(Errc::dns, origin_dest_.host + " has no IPv4 or IPv6 address");
+    return;
+  }
+  connect_next();
+}
+
+void Connection::connect_next() {
+  if (!origin_) {
+    origin_ = new Stream(srv_.loop(), this);
+    if (origin_tls_) origin_->set_tls_client(srv_.client_ctx(), origin_dest_.host);
+  }
+  const sockaddr_storage& ss = addrs_[next_addr_++];
+  int rc = origin_->connect(reinterpret_cast<const sockaddr*>(&ss));
+  if (rc != 0) {
+    origin_failed(Errc::connect, fmt::format("{}: {}", sockaddr_string(reinterpret_cast<const sockaddr*>(&ss)),
+                                             uv::error_string(rc)));
+  }
+}
+
+void Connection::retire_origin_keep_addrs() {
+  if (origin_) {
+    origin_->close_and_delete();
+    origin_ = nullptr;
+  }
+  origin_ready_ = false;
+}
+
+void Connection::retire_origin() {
+  if (dns_) {
+    dns_->conn = nullptr;
+    uv_cancel(reinterpret_cast<uv_req_t*>(&dns_->req));
+    dns_ = nullptr;
+  }
+  retire_origin_keep_addrs();
+  dial_start_ms_ = 0;
+  origin_pause_ = 0;
+  resume_client(kPeerFull);
+}
+
+bool Connection::retry_on_fresh_origin() {
+  // A kept-alive origin may close just as a request goes out. Retry once on
+  // a new connection when nothing came back and nothing of a body was sent.
+  if (!ex_.reused_origin || ex_.retried || ex_.body_sent || ex_.sent_head.empty() ||
+      resp_head_buf_.size() > 0)
+    return false;
+  ex_.retried = true;
+  std::string head;
+  head.swap(ex_.sent_head);
+  dial(ex_.dest, origin_tls_);
+  if (closing_ || !origin_) return true;
+  origin_fresh_ = false;
+  ex_.sent_head = head;
+  origin_->write(head);
+  resp_scan_.reset();
+  resp_head_buf_.clear();
+  return true;
+}
+
+void Connection::origin_failed(Errc kind, const std::string& detail) {
+  std::string reason = detail.rfind("tls_verify: ", 0) == 0
+                           ? detail
+                           : std::string(errc_kind(kind)) + ": " + detail;
+  std::string dest = origin_dest_.authority();
+  ++srv_.metrics().upstream_errors;
+  uint64_t suppressed = 0;
+  if (g_upstream_log.allow(mono_ms(), &suppressed)) {
+    log::warn("c{} upstream {} failed: {}{}", id_, dest, reason,
+              suppressed ? fmt::format(" ({} similar lines suppressed)", suppressed) : "");
+  }
+  retire_origin();
+  if (mode_ == Mode::tunnel) {
+    ex_.row.error = reason;
+    origin_last_error_ = reason;
+    close("the tunnel's origin failed");
+    return;
+  }
+  if (mode_ == Mode::handshake || (mode_ == Mode::http && !ex_.active)) {
+    // The eager dial of a decrypted tunnel failed before any request: the
+    // first request dials again and gets the answer.
+    return;
+  }
+  if (ex_.active && !ex_.response_started) {
+    ex_.row.error = reason;
+    int status = kind == Errc::timeout ? 504 : 502;
+    std::string body = status == 504
+                           ? fmt::format("foldyard's proxy timed out reaching {}: {}\n", dest, reason)
+                           : fmt::format("foldyard's proxy could not reach {}: {}\n", dest, reason);
+    answer(status, body, req_ != Req::done || ex_.upgrade);
+    return;
+  }
+  if (ex_.active) {
+    ex_.row.error = reason;
+    write_exchange_row();
+  }
+  close("origin failed mid-response");
+}
+
+// ---------------------------------------------------------------------------
+// Answers and rows
+
+void Connection::answer(int status, std::string body, bool close_after, std::string content_type) {
+  http::Answer a;
+  a.status = status;
+  a.body = std::move(body);
+  a.content_type = std::move(content_type);
+  a.close = close_after || srv_.draining() || !ex_.client_keep_alive || client_eof_;
+  std::string out;
+  http::build_answer(out, a);
+  client_.write(out);
+  ex_.row.status = status;
+  ex_.row.bytes_down += out.size();
+  if (status >= 400) ex_.row.error_body = netlog::collapse_whitespace(a.body, netlog::kMaxErrorBody);
+  write_exchange_row();
+  bool close = a.close;
+  ex_ = Exchange{};
+  resp_ = Resp::none;
+  if (close || mode_ != Mode::http) {
+    linger();
+    return;
+  }
+  // Keep-alive after an answer: only when the request had no body left.
+  head_buf_.clear();
+  req_scan_.reset();
+  req_parser_.next_message();
+  req_ = Req::head;
+  arm_timer();
+  if (!stash_.empty()) replay_stash();
+}
+
+void Connection::answer_parse_error(const http::ParseError& e) {
+  if (e.status == 431 || e.status == 400 || e.status == 501 || e.status == 505)
+    ++srv_.metrics().bad_requests;
+  ex_.row.error = "client: " + e.reason;
+  answer(e.status,
+         fmt::format("foldyard's proxy refused this request: {}. Send a well-formed HTTP/1.1 "
+                     "request.\n",
+                     e.reason),
+         /*close_after=*/true);
+}
+
+void Connection::refuse(const std::string& key) {
+  ++srv_.metrics().refused_allowlist;
+  ex_.row.blocked = true;
+  log::info("c{} refused {} {}: not on the allowlist", id_, ex_.row.method, key);
+  // Refused at CONNECT time: no dial, no TLS. A plain request with a body
+  // left unread closes the connection.
+  bool close_after = req_head_.method_id == HTTP_CONNECT || !req_parser_.message_complete();
+  answer(403, fmt::format(fmt::runtime(kRefusalBody), key), close_after);
+}
+
+void Connection::log_would_block(const std::string& key, std::string_view method) {
+  ++srv_.metrics().would_block;
+  const auto& pol = srv_.policy();
+  if (!srv_.would_block().allow(key, wall_ms(), pol.observing_since_ms() ^ pol.learn_until_ms()))
+    return;
+  netlog::Row row;
+  row.ts_ms = wall_ms();
+  row.method = std::string(method);
+  row.host = key;
+  row.path = ex_.row.path;
+  row.ua = ex_.row.ua;
+  row.would_block = true;
+  fill_row(row);
+  srv_.netlog().append(row);
+}
+
+void Connection::fill_row(netlog::Row& row) {
+  row.conn = id_;
+  row.peer = peer_;
+  if (row.tls.empty()) row.tls = in_connect_ ? tls_mode_ : "plain";
+  if (!sni_.empty()) row.sni = sni_;
+  row.attribution = attribution_;
+  if (attribution_ == netlog::Attribution::attributed) {
+    row.src = st_src_;
+    row.net = st_net_;
+    row.who = st_who_;
+    row.seq = st_seq_;
+    row.boot = st_boot_;
+  }
+}
+
+void Connection::write_exchange_row() {
+  if (!ex_.active) return;
+  ex_.active = false;
+  netlog::Row& row = ex_.row;
+  if (row.ts_ms == 0) row.ts_ms = wall_ms();
+  row.duration_ms = static_cast<int64_t>(uv_now(srv_.loop()) - ex_.start_ms);
+  if (row.tls.empty() && !in_connect_ && ex_.kind == policy::Kind::https) row.tls = "decrypted";
+  if (row.blocked) row.tls = "";
+  fill_row(row);
+  if (row.blocked) row.tls.clear();
+  srv_.netlog().append(row);
+}
+
+void Connection::write_tunnel_row() {
+  netlog::Row row;
+  row.ts_ms = tunnel_start_wall_;
+  row.host = tunnel_ == TunnelKind::upgrade ? ex_.row.host : connect_dest_.key(443);
+  row.duration_ms = static_cast<int64_t>(uv_now(srv_.loop()) - tunnel_start_ms_);
+  row.bytes_up = tunnel_up_;
+  row.bytes_down = tunnel_down_;
+  row.error = origin_last_error_;
+  if (tunnel_ == TunnelKind::upgrade) {
+    row.method = ex_.row.method;
+    row.path = ex_.row.path;
+    row.status = 101;
+    row.ua = ex_.row.ua;
+    row.bytes_up += ex_.row.bytes_up;
+    row.bytes_down += ex_.row.bytes_down;
+  } else {
+    row.method = "CONNECT";
+    row.passthrough = true;
+    row.tls = tls_mode_;
+  }
+  fill_row(row);
+  srv_.netlog().append(row);
+}
+
+void Connection::bind_stamp(const http::Head& head) {
+  const std::string& key = srv_.stamp_key();
+  if (key.empty()) return;  // attribution not expected
+  attribution_ = netlog::Attribution::unattributed;
+  std::string_view value;
+  size_t count = 0;
+  for (const http::Header& h : head.headers) {
+    if (stamp::is_stamp_header(h.name)) {
+      value = h.value;
+      ++count;
+    }
+  }
+  if (count != 1) {
+    if (count > 1) ++srv_.metrics().stamps_invalid;
+    ++srv_.metrics().unattributed;
+    return;
+  }
+  auto f = stamp::verify(value, key);
+  if (!f) {
+    ++srv_.metrics().stamps_invalid;
+    ++srv_.metrics().unattributed;
+    log::info("c{} {} from {}: recorded as unattributed", id_, f.error().message, peer_);
+    return;
+  }
+  if (!srv_.replay_guard().accept(f->boot, f->seq)) {
+    ++srv_.metrics().stamps_replayed;
+    ++srv_.metrics().unattributed;
+    log::info("c{} stamp seq {} of boot {} was already used: recorded as unattributed", id_,
+              f->seq, f->boot);
+    return;
+  }
+  ++srv_.metrics().stamps_valid;
+  attribution_ = netlog::Attribution::attributed;
+  st_src_ = f->src;
+  st_net_ = f->net;
+  st_who_ = f->who;
+  st_seq_ = f->seq;
+  st_boot_ = f->boot;
+}
+
+// ---------------------------------------------------------------------------
+// Flow control and lifecycle
+
+void Connection::pause_client(uint8_t reason) {
+  client_pause_ |= reason;
+  client_.pause();
+}
+
+void Connection::resume_client(uint8_t reason) {
+  if (!(client_pause_ & reason)) return;
+  client_pause_ &= static_cast<uint8_t>(~reason);
+  if (client_pause_ == 0 && !closing_) client_.resume();
+}
+
+void Connection::pause_origin(uint8_t reason) {
+  origin_pause_ |= reason;
+  if (origin_) origin_->pause();
+}
+
+void Connection::resume_origin(uint8_t reason) {
+  if (!(origin_pause_ & reason)) return;
+  origin_pause_ &= static_cast<uint8_t>(~reason);
+  if (origin_pause_ == 0 && origin_ && !closing_) origin_->resume();
+}
+
+void Connection::linger() {
+  // Answered: send FIN after the answer, discard what the client still
+  // sends, close on its EOF or after kLingerMs. Closing at once could reset
+  // the connection before the client read the answer.
+  retire_origin();
+  mode_ = Mode::lingering;
+  mode_start_ms_ = uv_now(srv_.loop());
+  client_pause_ = 0;
+  client_.resume();
+  client_.shutdown();
+  if (client_eof_ && client_.shutdown_done()) {
+    close("answered");
+    return;
+  }
+  arm_timer();
+}
+
+void Connection::finish_tunnel_if_done() {
+  if (!client_eof_ || !origin_eof_) return;
+  if (!client_.shutdown_done()) return;
+  if (origin_ && !origin_->shutdown_done()) return;
+  close("tunnel finished");
+}
+
+void Connection::touch() { last_io_ms_ = uv_now(srv_.loop()); }
+
+void Connection::arm_timer() {
+  if (closing_) return;
+  const Limits& lim = srv_.config().limits;
+  uint64_t now = uv_now(srv_.loop());
+  uint64_t deadline = 0;
+  auto consider = [&](uint64_t d) {
+    if (deadline == 0 || d < deadline) deadline = d;
+  };
+  switch (mode_) {
+    case Mode::http:
+      if (dial_start_ms_) consider(dial_start_ms_ + lim.connect_timeout_ms);
+      if (ex_.active) {
+        consider(last_io_ms_ + lim.io_timeout_ms);
+      } else if (head_start_ms_) {
+        consider(head_start_ms_ + lim.head_timeout_ms);
+      } else {
+        consider(last_io_ms_ + lim.idle_timeout_ms);
+      }
+      break;
+    case Mode::hello:
+      consider(mode_start_ms_ + (connect_dest_.port == 443 ? lim.head_timeout_ms
+                                                            : kOpaqueSilenceMs));
+      break;
+    case Mode::handshake: consider(mode_start_ms_ + lim.tls_handshake_timeout_ms); break;
+    case Mode::tunnel:
+      if (dial_start_ms_) consider(dial_start_ms_ + lim.connect_timeout_ms);
+      consider(last_io_ms_ + lim.tunnel_idle_timeout_ms);
+      break;
+    case Mode::lingering: consider(mode_start_ms_ + kLingerMs); break;
+  }
+  uint64_t delay = deadline > now ? deadline - now : 1;
+  uv_timer_start(&timer_, on_timer, delay, 0);
+}
+
+void Connection::on_timer(uv_timer_t* t) { static_cast<Connection*>(t->data)->handle_timer(); }
+
+void Connection::handle_timer() {
+  if (closing_) return;
+  const Limits& lim = srv_.config().limits;
+  uint64_t now = uv_now(srv_.loop());
+  switch (mode_) {
+    case Mode::http:
+      if (dial_start_ms_ && now >= dial_start_ms_ + lim.connect_timeout_ms) {
+        origin_failed(Errc::timeout,
+                      fmt::format("connecting to {} took longer than {} s",
+                                  origin_dest_.authority(), lim.connect_timeout_ms / 1000));
+        return;
+      }
+      if (ex_.active) {
+        if (now >= last_io_ms_ + lim.io_timeout_ms) {
+          if (!ex_.response_started) {
+            origin_failed(Errc::timeout, fmt::format("no response within {} s",
+                                                     lim.io_timeout_ms / 1000));
+          } else {
+            ex_.row.error = "timeout: the response stalled";
+            write_exchange_row();
+            close("exchange stalled");
+          }
+          return;
+        }
+      } else if (head_start_ms_) {
+        if (now >= head_start_ms_ + lim.head_timeout_ms) {
+          ++srv_.metrics().head_timeouts;
+          begin_row("");
+          ex_.row.error = "client: the request head did not arrive in time";
+          answer(408,
+                 fmt::format("foldyard's proxy closed this connection: the request head did "
+                             "not arrive within {} s\n",
+                             lim.head_timeout_ms / 1000),
+                 true);
+          return;
+        }
+      } else if (now >= last_io_ms_ + lim.idle_timeout_ms) {
+        close("idle");
+        return;
+      }
+      break;
+    case Mode::hello:
+      if (now >= mode_start_ms_ + (connect_dest_.port == 443 ? lim.head_timeout_ms
+                                                              : kOpaqueSilenceMs)) {
+        if (connect_dest_.port == 443) {
+          close("no ClientHello");
+        } else {
+          start_tunnel(TunnelKind::opaque);  // a server-speaks-first protocol
+        }
+        return;
+      }
+      break;
+    case Mode::handshake:
+      if (now >= mode_start_ms_ + lim.tls_handshake_timeout_ms) {
+        ++srv_.metrics().tls_client_handshake_failures;
+        close("TLS handshake with the client timed out");
+        return;
+      }
+      break;
+    case Mode::tunnel:
+      if (dial_start_ms_ && now >= dial_start_ms_ + lim.connect_timeout_ms) {
+        origin_failed(Errc::timeout,
+                      fmt::format("connecting to {} took longer than {} s",
+                                  origin_dest_.authority(), lim.connect_timeout_ms / 1000));
+        return;
+      }
+      if (now >= last_io_ms_ + lim.tunnel_idle_timeout_ms) {
+        close("tunnel idle");
+        return;
+      }
+      break;
+    case Mode::lingering:
+      if (now >= mode_start_ms_ + kLingerMs) {
+        close("answered");
+        return;
+      }
+      break;
+  }
+  arm_timer();
+}
+
+void Connection::rejudge(int64_t now_ms) {
+  if (closing_) return;
+  const policy::Policy& pol = srv_.policy();
+  const char* why = nullptr;
+  if (in_connect_) {
+    auto v = pol.judge({connect_dest_.host, connect_dest_.port, policy::Kind::connect, build_},
+                       now_ms);
+    if (v == policy::Verdict::block) {
+      why = "the policy now refuses its destination";
+    } else if (mode_ == Mode::tunnel && tunnel_ == TunnelKind::passthrough &&
+               !pol.tunnel(connect_dest_.host, sni_, build_)) {
+      why = "its host left passthrough: it would now be decrypted";
+    }
+  } else if (origin_ || mode_ == Mode::tunnel) {
+    const HostPort& d = ex_.active || mode_ == Mode::tunnel ? ex_.dest : origin_dest_;
+    policy::Kind k = ex_.active || mode_ == Mode::tunnel ? ex_.kind : policy::Kind::cleartext;
+    if (mode_ == Mode::tunnel) {
+      if (pol.judge({d.host, d.port, k, build_}, now_ms) == policy::Verdict::block)
+        why = "the policy now refuses its destination";
+    } else if (ex_.active) {
+      if (pol.judge({d.host, d.port, k, build_}, now_ms) == policy::Verdict::block)
+        why = "the policy now refuses its destination";
+    } else if (pol.judge({origin_dest_.host, origin_dest_.port,
+                          origin_tls_ ? policy::Kind::https : policy::Kind::cleartext, build_},
+                         now_ms) == policy::Verdict::block) {
+      retire_origin();  // idle: the next request is judged anyway
+    }
+  }
+  if (!why) return;
+  ++srv_.metrics().connections_closed_by_policy;
+  log::info("c{} closed: {} ({})", id_, why,
+            in_connect_ ? connect_dest_.authority() : ex_.dest.authority());
+  if (ex_.active && mode_ == Mode::http) {
+    ex_.row.error = std::string("closed: ") + why;
+    write_exchange_row();
+  }
+  if (mode_ == Mode::tunnel) origin_last_error_ = std::string("closed: ") + why;
+  close(why);
+}
+
+void Connection::drain() {
+  if (closing_) return;
+  if (mode_ == Mode::http && !ex_.active && req_ == Req::head && head_buf_.empty() &&
+      head_start_ms_ == 0) {
+    close("draining");
+    return;
+  }
+  ex_.close_after = true;
+}
+
+void Connection::close(std::string_view why) {
+  if (closing_) return;
+  closing_ = true;
+  log::debug("c{} closing: {}", id_, why);
+  if (mode_ == Mode::tunnel) write_tunnel_row();
+  srv_.unlink(this);
+  if (dns_) {
+    dns_->conn = nullptr;
+    uv_cancel(reinterpret_cast<uv_req_t*>(&dns_->req));
+    dns_ = nullptr;
+  }
+  if (origin_) {
+    origin_->close_and_delete();
+    origin_ = nullptr;
+  }
+  stash_.clear();
+  pending_closes_ = 2;
+  client_.close();
+  uv_timer_stop(&timer_);
+  uv_close(reinterpret_cast<uv_handle_t*>(&timer_), on_timer_closed);
+}
+
+void Connection::on_timer_closed(uv_handle_t* h) {
+  static_cast<Connection*>(h->data)->maybe_release();
+}
+
+void Connection::maybe_release() {
+  if (--pending_closes_ > 0) return;
+  srv_.released(this);  // deletes this
+}
+
+}  // namespace fy::proxy

@@ -1,0 +1,221 @@
+// One client connection and everything it carries: requests in absolute form,
+// CONNECT tunnels (passthrough or decrypted), the origin connection behind
+// them, and the Network Log rows they produce.
+//
+// The state machine, in short:
+//   http       read a request head -> judge -> dial/reuse the origin ->
+//              forward head and body -> relay the response -> next request
+//   hello      CONNECT answered 200; the first bytes decide: a ClientHello
+//              is tunnelled (passthrough) or decrypted, HTTP is served in the
+//              clear, anything else is relayed opaquely
+//   handshake  TLS with the client (decrypting), then back to http
+//   tunnel     bytes both ways (passthrough, opaque, or after a 101)
+//   lingering  answered and shut down: discard input until EOF, then close
+//
+// Ownership: the Server allocates a Connection per accepted socket. The
+// Connection owns its client Stream and timer by value and its origin Stream
+// by pointer (a retired origin closes and frees itself). close() is the one
+// kill point; the object frees itself after the last close callback.
+#pragma once
+
+#include <uv.h>
+
+#include <string>
+#include <vector>
+
+#include "core/buffer.h"
+#include "core/net.h"
+#include "proxy/http/parser.h"
+#include "proxy/io/stream.h"
+#include "proxy/netlog/row.h"
+#include "proxy/policy/pattern.h"
+
+namespace fy::proxy {
+
+class Server;
+struct DnsQuery;
+
+class Connection final : public StreamHandler {
+ public:
+  friend struct DnsQuery;
+  Connection(Server& srv, uint64_t id);
+  ~Connection() override;
+
+  // Takes the pending connection of `listener`. False when it failed (the
+  // connection is then closing).
+  bool accept(uv_stream_t* listener);
+  // The policy changed (or a deadline passed): close what the policy now
+  // refuses or would now decrypt.
+  void rejudge(int64_t now_ms);
+  // SIGTERM: finish the current exchange, then close.
+  void drain();
+  // The kill point. `why` is logged at debug level.
+  void close(std::string_view why);
+
+  uint64_t id() const { return id_; }
+  bool closing() const { return closing_; }
+
+  Connection* prev = nullptr;  // the server's list
+  Connection* next = nullptr;
+
+ private:
+  enum class Mode : uint8_t { http, hello, handshake, tunnel, lingering };
+  enum class Req : uint8_t { head, body, done };
+  enum class Resp : uint8_t { none, head, body };
+  enum class TunnelKind : uint8_t { none, passthrough, opaque, upgrade };
+  // Why a side is not being read; reading resumes when the mask is empty.
+  enum PauseReason : uint8_t { kPeerFull = 1, kStashFull = 2 };
+
+  const http::Limits& req_limits() const;
+  const http::Limits& resp_limits() const;
+
+  // StreamHandler.
+  void on_read(Stream& s, const ChunkRef& c, const char* p, size_t n) override;
+  void on_eof(Stream& s) override;
+  void on_error(Stream& s, Errc kind, const std::string& detail) override;
+  void on_ready(Stream& s) override;
+  void on_drain(Stream& s) override;
+  void on_shutdown(Stream& s) override;
+  void on_closed(Stream& s) override;
+
+  // Client side.
+  void on_client_bytes(const ChunkRef& c, const char* p, size_t n);
+  void process_client(const ChunkRef& c, const char* p, size_t n);
+  void on_request_head(std::string_view head);
+  void handle_connect();
+  void on_hello_bytes(const char* p, size_t n);
+  void start_tunnel(TunnelKind kind);
+  void start_decrypt(const std::string& sni);
+  void forward_request(const HostPort& dest, policy::Kind kind, std::string_view target);
+  void on_request_complete();
+  void stash(const ChunkRef& c, const char* p, size_t n);
+  void replay_stash();
+
+  // Origin side.
+  void on_origin_bytes(const ChunkRef& c, const char* p, size_t n);
+  void on_response_head(std::string_view head);
+  void on_response_complete();
+  void dial(const HostPort& dest, bool tls);
+  void on_resolved(int status, struct addrinfo* res);
+  void connect_next();
+  void retire_origin();
+  void retire_origin_keep_addrs();
+  void origin_failed(Errc kind, const std::string& detail);
+  bool retry_on_fresh_origin();
+
+  // Answers and rows.
+  void answer(int status, std::string body, bool close_after,
+              std::string content_type = "text/plain; charset=utf-8");
+  void answer_parse_error(const http::ParseError& e);
+  void refuse(const std::string& key);
+  void log_would_block(const std::string& key, std::string_view method);
+  void begin_row(std::string_view method);
+  void fill_row(netlog::Row& row);
+  void write_exchange_row();
+  void write_tunnel_row();
+  void bind_stamp(const http::Head& head);
+
+  // Flow control and lifecycle.
+  void pause_client(uint8_t reason);
+  void resume_client(uint8_t reason);
+  void pause_origin(uint8_t reason);
+  void resume_origin(uint8_t reason);
+  void linger();
+  void finish_tunnel_if_done();
+  void touch();
+  void arm_timer();
+  static void on_timer(uv_timer_t* t);
+  void handle_timer();
+  static void on_timer_closed(uv_handle_t* h);
+  void maybe_release();
+
+  Server& srv_;
+  uint64_t id_;
+  Stream client_;
+  Stream* origin_ = nullptr;
+  uv_timer_t timer_;
+  DnsQuery* dns_ = nullptr;
+  int pending_closes_ = 0;
+  bool closing_ = false;
+  bool accepted_ = false;
+
+  Mode mode_ = Mode::http;
+  Req req_ = Req::head;
+  Resp resp_ = Resp::none;
+  TunnelKind tunnel_ = TunnelKind::none;
+  uint8_t client_pause_ = 0;
+  uint8_t origin_pause_ = 0;
+  std::string peer_;
+
+  // Timing (uv_now, ms).
+  uint64_t accepted_ms_ = 0;
+  uint64_t last_io_ms_ = 0;
+  uint64_t head_start_ms_ = 0;  // 0: no byte of the next head yet
+  uint64_t mode_start_ms_ = 0;  // hello / handshake / lingering / tunnel start
+  uint64_t dial_start_ms_ = 0;  // 0: not dialling
+
+  // Destination of a CONNECT (decrypted, cleartext or tunnelled inside it).
+  bool in_connect_ = false;
+  HostPort connect_dest_;
+  policy::Kind inner_kind_ = policy::Kind::https;
+  std::string sni_;
+  std::string tls_mode_;  // "decrypted", "passthrough", "plain", "opaque"
+  std::string hello_;     // bytes read while waiting for the ClientHello
+  int64_t tunnel_start_wall_ = 0;
+  uint64_t tunnel_start_ms_ = 0;
+  uint64_t tunnel_up_ = 0, tunnel_down_ = 0;
+  bool build_ = false;  // the connection proved a build secret (issue 3)
+  bool client_eof_ = false;
+  bool origin_eof_ = false;
+
+  // Attribution (bound at the first head).
+  bool first_head_ = true;
+  netlog::Attribution attribution_ = netlog::Attribution::none;
+  std::string st_src_, st_net_, st_who_, st_boot_;
+  uint64_t st_seq_ = 0;
+
+  // Request parsing.
+  http::HeadScanner req_scan_;
+  http::Parser req_parser_;
+  std::string head_buf_;
+  http::Head req_head_;
+  std::vector<Slice> stash_;
+  size_t stash_bytes_ = 0;
+
+  // The origin.
+  HostPort origin_dest_;
+  bool origin_tls_ = false;
+  bool origin_ready_ = false;
+  bool origin_fresh_ = true;  // no exchange has used it yet
+  std::vector<sockaddr_storage> addrs_;
+  size_t next_addr_ = 0;
+  std::string origin_last_error_;
+
+  // Response parsing.
+  http::HeadScanner resp_scan_;
+  http::Parser resp_parser_;
+  std::string resp_head_buf_;
+  http::Head resp_head_;
+
+  // The exchange in flight.
+  struct Exchange {
+    bool active = false;
+    netlog::Row row;
+    uint64_t start_ms = 0;
+    llhttp_method_t method = HTTP_GET;
+    bool upgrade = false;
+    bool client_keep_alive = true;
+    bool response_started = false;
+    bool close_after = false;
+    bool origin_reuse = true;
+    bool capture_body = false;
+    bool reused_origin = false;  // sent on a kept-alive origin connection
+    bool retried = false;
+    bool body_sent = false;      // some request body bytes went upstream
+    std::string sent_head;       // kept until the response head, for one retry
+    HostPort dest;
+    policy::Kind kind = policy::Kind::cleartext;
+  } ex_;
+};
+
+}  // namespace fy::proxy

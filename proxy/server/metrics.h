@@ -1,0 +1,44 @@
+// Counters an operator reads at the admin endpoint (/metrics, Prometheus text
+// format). Every degraded path bumps one. Loop thread only.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace fy::proxy {
+
+struct Metrics {
+  // Connections.
+  uint64_t connections_accepted = 0;
+  uint64_t connections_refused_limit = 0;  // over --max-connections: answered 503
+  uint64_t connections_closed_by_policy = 0;
+  // Requests by outcome.
+  uint64_t requests = 0;            // every request head parsed (CONNECT included)
+  uint64_t responses_forwarded = 0; // a response from the origin reached the client
+  uint64_t refused_allowlist = 0;   // 403 by the allowlist
+  uint64_t refused_claim = 0;       // 403: Host names another host
+  uint64_t would_block = 0;         // observe/learn: would have been refused
+  uint64_t bad_requests = 0;        // 400/431/501/505 answered by the proxy
+  uint64_t head_timeouts = 0;       // 408
+  uint64_t upstream_errors = 0;     // 502/504 or a failed tunnel
+  uint64_t tunnels = 0;             // passthrough and opaque tunnels opened
+  uint64_t upgrades = 0;            // 101 Switching Protocols relayed
+  // Bytes (after TLS).
+  uint64_t bytes_up = 0;
+  uint64_t bytes_down = 0;
+  // TLS.
+  uint64_t tls_client_handshakes = 0;
+  uint64_t tls_client_handshake_failures = 0;
+  uint64_t tls_origin_handshakes = 0;
+  uint64_t tls_origin_verify_failures = 0;
+  // Policy.
+  uint64_t reloads = 0;
+  uint64_t reload_failures = 0;
+  // Stamps (ADR-0034).
+  uint64_t stamps_valid = 0;
+  uint64_t stamps_invalid = 0;
+  uint64_t stamps_replayed = 0;
+  uint64_t unattributed = 0;
+};
+
+}  // namespace fy::proxy

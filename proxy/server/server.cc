@@ -1,0 +1,473 @@
+#include "proxy/server/server.h"
+
+#include <fcntl.h>
+#include <openssl/crypto.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "core/buffer.h"
+#include "core/clock.h"
+#include "core/crypto.h"
+#include "core/log.h"
+#include "core/loop.h"
+#include "proxy/server/admin.h"
+#include "proxy/server/connection.h"
+#include "proxy/tls/context.h"
+
+namespace fy::proxy {
+
+bool WouldBlockLimiter::allow(const std::string& key, int64_t now_ms, int64_t window_id) {
+  if (window_id != window_id_) {
+    // A new observation window: every key may be reported again.
+    last_.clear();
+    window_id_ = window_id;
+  }
+  auto it = last_.find(key);
+  if (it != last_.end()) {
+    if (now_ms - it->second < kIntervalMs) return false;
+    it->second = now_ms;
+    return true;
+  }
+  if (last_.size() >= kMaxKeys) {
+    // Bounded: drop entries whose interval has passed; if none has, start over.
+    for (auto i = last_.begin(); i != last_.end();) {
+      i = now_ms - i->second >= kIntervalMs ? last_.erase(i) : std::next(i);
+    }
+    if (last_.size() >= kMaxKeys) last_.clear();
+  }
+  last_.emplace(key, now_ms);
+  return true;
+}
+
+Server::Server(uv_loop_t* loop, Config config) : loop_(loop), config_(std::move(config)) {
+  http_limits_.max_head_bytes = config_.limits.max_head_bytes;
+  http_limits_.max_headers = config_.limits.max_headers;
+  // Responses may carry larger heads (cookies, CSP): the limit is generous.
+  response_limits_.max_head_bytes = std::max<size_t>(config_.limits.max_head_bytes, 256 * 1024);
+  response_limits_.max_headers = std::max<size_t>(config_.limits.max_headers, 500);
+  for (auto& [h, ip] : config_.resolve) resolve_[h] = ip;
+}
+
+Server::~Server() = default;
+
+const std::string* Server::resolve_override(const std::string& host) const {
+  auto it = resolve_.find(host);
+  return it == resolve_.end() ? nullptr : &it->second;
+}
+
+Result<void> Server::start() {
+  ::mkdir(config_.state_dir.c_str(), 0700);
+  bool created = false;
+  auto ca = tls::CertAuthority::load_or_create(config_.state_dir, config_.cert_cache, &created);
+  if (!ca) return std::move(ca).take_error();
+  ca_ = std::move(*ca);
+  if (created) log::info("generated a new CA: {} (the box must trust it)", ca_->cert_path());
+
+  auto sctx = tls::make_server_context();
+  if (!sctx) return std::move(sctx).take_error();
+  server_ctx_ = std::move(*sctx);
+  tls::ClientTrust trust;
+  trust.system_roots = config_.system_roots;
+  trust.extra_bundle = config_.upstream_ca;
+  auto cctx = tls::make_client_context(trust);
+  if (!cctx) return std::move(cctx).take_error();
+  client_ctx_ = std::move(*cctx);
+
+  if (!config_.stamp_key_file.empty()) {
+    auto key = read_key_file(config_.stamp_key_file);
+    if (!key) return std::move(key).take_error();
+    stamp_key_ = std::move(*key);
+  }
+
+  netlog::WriterOptions wo;
+  wo.path = config_.netlog_file;
+  wo.max_bytes = config_.netlog_max_bytes;
+  wo.backups = config_.netlog_backups;
+  netlog_ = std::make_unique<netlog::Writer>(wo);
+
+  FY_TRY(load_policy_initial());
+
+  uv_tcp_init(loop_, &listener_);
+  listener_.data = this;
+  auto port = bind_and_listen(&listener_, config_.listen, 1024, on_connection);
+  if (!port) {
+    uv_close(reinterpret_cast<uv_handle_t*>(&listener_), nullptr);
+    return Error{Errc::refused, port.error().message};
+  }
+  listening_ = true;
+  int admin_port = 0;
+  if (config_.admin != "off") {
+    admin_ = std::make_unique<Admin>(*this, loop_);
+    auto ap = admin_->listen(config_.admin);
+    if (!ap) {
+      admin_->close();
+      return Error{Errc::refused, "admin endpoint: " + ap.error().message};
+    }
+    admin_port = *ap;
+  }
+
+  uv_signal_init(loop_, &sighup_);
+  uv_signal_init(loop_, &sigterm_);
+  uv_signal_init(loop_, &sigint_);
+  sighup_.data = sigterm_.data = sigint_.data = this;
+  uv_signal_start(&sighup_, on_signal, SIGHUP);
+  uv_signal_start(&sigterm_, on_signal, SIGTERM);
+  uv_signal_start(&sigint_, on_signal, SIGINT);
+  uv_unref(reinterpret_cast<uv_handle_t*>(&sighup_));
+
+  uv_prepare_init(loop_, &prepare_);
+  prepare_.data = this;
+  uv_prepare_start(&prepare_, on_prepare);
+  uv_unref(reinterpret_cast<uv_handle_t*>(&prepare_));
+
+  uv_timer_init(loop_, &reload_timer_);
+  uv_timer_init(loop_, &policy_timer_);
+  uv_timer_init(loop_, &drain_timer_);
+  reload_timer_.data = policy_timer_.data = drain_timer_.data = this;
+
+  // Watch the policy file: the directory (an atomic rename replaces the
+  // inode) and a 1 s stat poll as the fallback.
+  std::string dir = config_.policy_file.substr(0, config_.policy_file.rfind('/') + 1);
+  if (dir.empty()) dir = ".";
+  uv_fs_event_init(loop_, &fs_event_);
+  fs_event_.data = this;
+  fs_event_on_ = uv_fs_event_start(&fs_event_, on_fs_event, dir.c_str(), 0) == 0;
+  uv_fs_poll_init(loop_, &fs_poll_);
+  fs_poll_.data = this;
+  uv_fs_poll_start(&fs_poll_, on_fs_poll, config_.policy_file.c_str(), 1000);
+  arm_policy_timer();
+
+  if (!config_.port_file.empty()) {
+    std::string tmp = config_.port_file + ".tmp";
+    FILE* f = fopen(tmp.c_str(), "w");
+    if (!f || fprintf(f, "%d\n", *port) < 0 || fclose(f) != 0 ||
+        rename(tmp.c_str(), config_.port_file.c_str()) != 0)
+      return make_error(Errc::io, "cannot write the port file {}: {}", config_.port_file,
+                        strerror(errno));
+  }
+  std::string host = config_.listen.substr(0, config_.listen.rfind(':'));
+  std::string admin_host = config_.admin.substr(0, config_.admin.rfind(':'));
+  printf("fy-proxy ready: listening on %s:%d · admin %s · CA %s · policy %s · netlog %s\n",
+         host.c_str(), *port,
+         admin_ ? fmt::format("{}:{}", admin_host, admin_port).c_str() : "off",
+         ca_->cert_path().c_str(), config_.policy_file.c_str(), config_.netlog_file.c_str());
+  fflush(stdout);
+  log::info("{}", policy_->summary(wall_ms()));
+  return {};
+}
+
+Result<void> Server::load_policy_initial() {
+  struct stat st;
+  if (!config_.policy_explicit && ::stat(config_.policy_file.c_str(), &st) != 0 && errno == ENOENT) {
+    // First start with the default policy path: write a learn-mode policy.
+    std::string text = policy::Policy::default_text(wall_ms(), config_.learn_window_ms);
+    std::string tmp = config_.policy_file + ".tmp";
+    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0 || ::write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size()) ||
+        ::close(fd) != 0 || ::rename(tmp.c_str(), config_.policy_file.c_str()) != 0)
+      return make_error(Errc::io, "cannot write the first-start policy {}: {}",
+                        config_.policy_file, strerror(errno));
+    log::info("no policy at {}: wrote one in learn mode (observing for {} min, then enforcing)",
+              config_.policy_file, config_.learn_window_ms / 60000);
+  }
+  auto p = policy::Policy::load_file(config_.policy_file, wall_ms());
+  if (!p) {
+    policy_error_ = p.error().message;
+    log::error("policy {} is unusable, so the proxy fails closed (enforcing, nothing granted, "
+               "nothing tunnelled) until it is fixed:\n{}",
+               config_.policy_file, p.error().message);
+    policy_ = policy::Policy::closed(p.error().message);
+    ++metrics_.reload_failures;
+    return {};
+  }
+  for (const auto& w : (*p)->warnings()) log::warn("{}", w);
+  policy_ = std::move(*p);
+  return {};
+}
+
+void Server::reload(const char* why) {
+  auto p = policy::Policy::load_file(config_.policy_file, wall_ms());
+  if (!p) {
+    ++metrics_.reload_failures;
+    if (p.error().message != policy_error_) {
+      // Said once per distinct problem, at error level.
+      policy_error_ = p.error().message;
+      log::error("policy {} is unusable ({}), so the proxy fails closed (enforcing, nothing "
+                 "granted, nothing tunnelled) until it is fixed:\n{}",
+                 config_.policy_file, why, p.error().message);
+    }
+    install_policy(policy::Policy::closed(p.error().message), false);
+    return;
+  }
+  if (!policy_error_.empty()) log::info("policy {} is usable again", config_.policy_file);
+  policy_error_.clear();
+  for (const auto& w : (*p)->warnings()) log::warn("{}", w);
+  ++metrics_.reloads;
+  install_policy(std::move(*p), false);
+  log::info("policy reloaded ({}): {}", why, policy_->summary(wall_ms()));
+}
+
+void Server::install_policy(std::shared_ptr<const policy::Policy> p, bool) {
+  policy_ = std::move(p);
+  arm_policy_timer();
+  rejudge_all();
+}
+
+void Server::rejudge_all() {
+  int64_t now = wall_ms();
+  // close() unlinks a connection from the list: take `next` first.
+  for (Connection* c = head_; c;) {
+    Connection* next = c->next;
+    c->rejudge(now);
+    c = next;
+  }
+}
+
+void Server::arm_policy_timer() {
+  if (stopped_) return;
+  int64_t now = wall_ms();
+  int64_t next = policy_->next_change_ms(now);
+  uv_timer_stop(&policy_timer_);
+  if (next == 0) return;
+  uv_timer_start(&policy_timer_, on_policy_timer, static_cast<uint64_t>(next - now) + 5, 0);
+  uv_unref(reinterpret_cast<uv_handle_t*>(&policy_timer_));
+}
+
+void Server::on_policy_timer(uv_timer_t* h) {
+  auto* s = static_cast<Server*>(h->data);
+  log::info("policy: {}", s->policy_->summary(wall_ms()));
+  s->rejudge_all();
+  s->arm_policy_timer();
+}
+
+void Server::on_connection(uv_stream_t* l, int status) {
+  auto* s = static_cast<Server*>(l->data);
+  if (status < 0) {
+    log::warn("accept failed: {}", uv::error_string(status));
+    return;
+  }
+  if (s->draining_) return;
+  if (s->open_ >= s->config_.limits.max_connections) {
+    s->refuse_over_limit(l);
+    return;
+  }
+  auto* c = new Connection(*s, s->next_id_++);
+  ++s->open_;
+  ++s->metrics_.connections_accepted;
+  c->next = s->head_;
+  if (s->head_) s->head_->prev = c;
+  s->head_ = c;
+  c->accept(l);
+}
+
+void Server::refuse_over_limit(uv_stream_t* l) {
+  // Over the limit: answer 503 and close, without a Connection.
+  struct Refused {
+    uv_tcp_t tcp;
+  };
+  auto* r = new Refused;
+  uv_tcp_init(loop_, &r->tcp);
+  r->tcp.data = r;
+  ++metrics_.connections_refused_limit;
+  if (uv_accept(l, reinterpret_cast<uv_stream_t*>(&r->tcp)) == 0) {
+    std::string body = fmt::format(
+        "foldyard's proxy is at its connection limit ({}); retry shortly, or raise "
+        "--max-connections\n",
+        config_.limits.max_connections);
+    std::string msg = fmt::format(
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+        "Content-Length: {}\r\nConnection: close\r\nRetry-After: 1\r\n\r\n{}",
+        body.size(), body);
+    uv_buf_t b = uv_buf_init(msg.data(), static_cast<unsigned>(msg.size()));
+    uv_try_write(reinterpret_cast<uv_stream_t*>(&r->tcp), &b, 1);
+  }
+  static log::RateLimit limit(1, 10'000);
+  uint64_t suppressed = 0;
+  if (limit.allow(mono_ms(), &suppressed))
+    log::warn("connection limit {} reached: answering 503 ({} more since the last line)",
+              config_.limits.max_connections, suppressed);
+  uv_close(reinterpret_cast<uv_handle_t*>(&r->tcp),
+           [](uv_handle_t* h) { delete static_cast<Refused*>(h->data); });
+}
+
+void Server::unlink(Connection* c) {
+  if (c->prev) c->prev->next = c->next;
+  if (c->next) c->next->prev = c->prev;
+  if (head_ == c) head_ = c->next;
+  c->prev = c->next = nullptr;
+}
+
+void Server::released(Connection* c) {
+  delete c;
+  --open_;
+  if (draining_) maybe_finish_drain();
+}
+
+void Server::on_signal(uv_signal_t* h, int signum) {
+  auto* s = static_cast<Server*>(h->data);
+  if (signum == SIGHUP) {
+    s->reload("SIGHUP");
+  } else {
+    s->begin_drain();
+  }
+}
+
+void Server::on_prepare(uv_prepare_t* h) {
+  // Once per loop iteration: write the rows this iteration produced.
+  auto* s = static_cast<Server*>(h->data);
+  if (s->netlog_->has_pending()) s->netlog_->flush();
+}
+
+void Server::on_fs_event(uv_fs_event_t* h, const char* filename, int, int status) {
+  auto* s = static_cast<Server*>(h->data);
+  if (status < 0) return;
+  std::string base = s->config_.policy_file.substr(s->config_.policy_file.rfind('/') + 1);
+  if (filename && base != filename) return;
+  // Debounce: a writer's create + rename arrives as several events.
+  uv_timer_start(&s->reload_timer_, on_reload_timer, 50, 0);
+}
+
+void Server::on_fs_poll(uv_fs_poll_t* h, int status, const uv_stat_t* prev, const uv_stat_t* curr) {
+  auto* s = static_cast<Server*>(h->data);
+  (void)prev;
+  (void)curr;
+  (void)status;
+  uv_timer_start(&s->reload_timer_, on_reload_timer, 50, 0);
+}
+
+void Server::on_reload_timer(uv_timer_t* h) { static_cast<Server*>(h->data)->reload("file changed"); }
+
+void Server::begin_drain() {
+  if (draining_) return;
+  draining_ = true;
+  log::info("draining: {} connections open; exiting when they finish (at most {} s)", open_,
+            config_.limits.drain_timeout_ms / 1000);
+  if (listening_) {
+    uv_close(reinterpret_cast<uv_handle_t*>(&listener_), nullptr);
+    listening_ = false;
+  }
+  for (Connection* c = head_; c;) {
+    Connection* next = c->next;
+    c->drain();
+    c = next;
+  }
+  uv_timer_start(&drain_timer_, on_drain_timer, config_.limits.drain_timeout_ms, 0);
+  maybe_finish_drain();
+}
+
+void Server::on_drain_timer(uv_timer_t* h) {
+  auto* s = static_cast<Server*>(h->data);
+  if (s->open_ > 0) log::info("drain timeout: closing {} connections", s->open_);
+  for (Connection* c = s->head_; c;) {
+    Connection* next = c->next;
+    c->close("drain timeout");
+    c = next;
+  }
+  s->maybe_finish_drain();
+}
+
+void Server::maybe_finish_drain() {
+  if (open_ > 0 || stopped_) return;
+  close_handles();
+}
+
+void Server::close_handles() {
+  stopped_ = true;
+  netlog_->flush();
+  auto close = [](auto* h) {
+    if (!uv_is_closing(reinterpret_cast<uv_handle_t*>(h)))
+      uv_close(reinterpret_cast<uv_handle_t*>(h), nullptr);
+  };
+  if (listening_) {
+    close(&listener_);
+    listening_ = false;
+  }
+  if (admin_) admin_->close();
+  close(&sighup_);
+  close(&sigterm_);
+  close(&sigint_);
+  close(&prepare_);
+  close(&fs_event_);
+  close(&fs_poll_);
+  close(&reload_timer_);
+  close(&policy_timer_);
+  close(&drain_timer_);
+}
+
+std::string Server::health() const {
+  int64_t now = wall_ms();
+  return fmt::format("ok\npolicy: {}\n{}connections: {}\n", policy_->summary(now),
+                     policy_->failed_closed() ? "policy FAILED CLOSED: " + policy_->failure() + "\n"
+                                              : "",
+                     open_);
+}
+
+std::string Server::render_metrics() const {
+  std::string out;
+  auto counter = [&](const char* name, const char* help, uint64_t v) {
+    fmt::format_to(std::back_inserter(out), "# HELP {} {}\n# TYPE {} counter\n{} {}\n", name, help,
+                   name, name, v);
+  };
+  auto gauge = [&](const char* name, const char* help, uint64_t v) {
+    fmt::format_to(std::back_inserter(out), "# HELP {} {}\n# TYPE {} gauge\n{} {}\n", name, help,
+                   name, name, v);
+  };
+  const Metrics& m = metrics_;
+  gauge("fy_connections_open", "Client connections open now.", open_);
+  counter("fy_connections_accepted_total", "Client connections accepted.", m.connections_accepted);
+  counter("fy_connections_refused_limit_total", "Connections answered 503 at the limit.",
+          m.connections_refused_limit);
+  counter("fy_connections_closed_by_policy_total", "Connections closed by a policy change.",
+          m.connections_closed_by_policy);
+  out += "# HELP fy_requests_total Requests by outcome.\n# TYPE fy_requests_total counter\n";
+  fmt::format_to(std::back_inserter(out),
+                 "fy_requests_total{{outcome=\"forwarded\"}} {}\n"
+                 "fy_requests_total{{outcome=\"refused_allowlist\"}} {}\n"
+                 "fy_requests_total{{outcome=\"refused_claim\"}} {}\n"
+                 "fy_requests_total{{outcome=\"bad_request\"}} {}\n"
+                 "fy_requests_total{{outcome=\"head_timeout\"}} {}\n"
+                 "fy_requests_total{{outcome=\"upstream_error\"}} {}\n",
+                 m.responses_forwarded, m.refused_allowlist, m.refused_claim, m.bad_requests,
+                 m.head_timeouts, m.upstream_errors);
+  counter("fy_request_heads_total", "Request heads parsed, CONNECT included.", m.requests);
+  counter("fy_would_block_total", "Requests the allowlist would refuse (observe/learn).",
+          m.would_block);
+  counter("fy_tunnels_total", "Passthrough and opaque tunnels opened.", m.tunnels);
+  counter("fy_upgrades_total", "101 Switching Protocols relayed.", m.upgrades);
+  counter("fy_bytes_up_total", "Bytes from clients (after TLS).", m.bytes_up);
+  counter("fy_bytes_down_total", "Bytes from origins (after TLS).", m.bytes_down);
+  counter("fy_tls_client_handshakes_total", "TLS handshakes with clients completed.",
+          m.tls_client_handshakes);
+  counter("fy_tls_client_handshake_failures_total", "TLS handshakes with clients failed.",
+          m.tls_client_handshake_failures);
+  counter("fy_tls_origin_handshakes_total", "TLS handshakes with origins completed.",
+          m.tls_origin_handshakes);
+  counter("fy_tls_origin_verify_failures_total", "Origin certificates refused.",
+          m.tls_origin_verify_failures);
+  counter("fy_cert_cache_hits_total", "Leaf certificates served from the cache.",
+          ca_->stats().hits);
+  counter("fy_cert_minted_total", "Leaf certificates minted.", ca_->stats().minted);
+  gauge("fy_cert_cache_entries", "Leaf certificates cached.", ca_->cached());
+  counter("fy_policy_reloads_total", "Policy reloads that succeeded.", m.reloads);
+  counter("fy_policy_reload_failures_total", "Policy loads that failed (failed closed).",
+          m.reload_failures);
+  gauge("fy_policy_failed_closed", "1 while the policy is unusable and the proxy fails closed.",
+        policy_->failed_closed() ? 1 : 0);
+  counter("fy_netlog_rows_total", "Network Log rows written.", netlog_->stats().rows);
+  counter("fy_netlog_write_errors_total", "Network Log write errors.",
+          netlog_->stats().write_errors);
+  counter("fy_netlog_rows_dropped_total", "Network Log rows lost to write errors.",
+          netlog_->stats().rows_dropped);
+  counter("fy_netlog_rotations_total", "Network Log rotations.", netlog_->stats().rotations);
+  counter("fy_stamps_valid_total", "Connections with a valid forwarder stamp.", m.stamps_valid);
+  counter("fy_stamps_invalid_total", "Stamps refused (bad MAC or form).", m.stamps_invalid);
+  counter("fy_stamps_replayed_total", "Stamps refused as replays.", m.stamps_replayed);
+  counter("fy_unattributed_total", "Connections recorded as unattributed.", m.unattributed);
+  gauge("fy_buffer_chunks_live", "16 KiB buffer chunks in use.", ChunkPool::live());
+  return out;
+}
+
+}  // namespace fy::proxy

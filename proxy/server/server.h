@@ -1,0 +1,135 @@
+// The proxy server: owns the listener, the policy snapshot, the CA and TLS
+// contexts, the Network Log writer, the admin endpoint, the reload watcher
+// and the list of open connections. Runs on one libuv loop.
+#pragma once
+
+#include <openssl/ssl.h>
+#include <uv.h>
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "core/result.h"
+#include "core/stamp.h"
+#include "proxy/config.h"
+#include "proxy/http/parser.h"
+#include "proxy/netlog/writer.h"
+#include "proxy/policy/policy.h"
+#include "proxy/server/metrics.h"
+#include "proxy/tls/ca.h"
+
+namespace fy::proxy {
+
+class Connection;
+class Admin;
+
+// At most one would_block row per key per 60 s; the map holds at most 4096
+// keys and starts over when a new observation window begins.
+class WouldBlockLimiter {
+ public:
+  static constexpr int64_t kIntervalMs = 60'000;
+  static constexpr size_t kMaxKeys = 4096;
+  bool allow(const std::string& key, int64_t now_ms, int64_t window_id);
+
+ private:
+  std::unordered_map<std::string, int64_t> last_;
+  int64_t window_id_ = 0;
+};
+
+class Server {
+ public:
+  Server(uv_loop_t* loop, Config config);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Loads the CA, the policy and the key, binds the listeners, prints the
+  // ready line. Errors are for start-up and end the process.
+  Result<void> start();
+  // SIGTERM: stop accepting, let open work finish (bounded), then stop the loop.
+  void begin_drain();
+  // SIGHUP or a file change: re-read the policy and re-judge connections.
+  void reload(const char* why);
+
+  // For connections.
+  uv_loop_t* loop() const { return loop_; }
+  const Config& config() const { return config_; }
+  const http::Limits& http_limits() const { return http_limits_; }
+  const http::Limits& response_limits() const { return response_limits_; }
+  const policy::Policy& policy() const { return *policy_; }
+  tls::CertAuthority& ca() { return *ca_; }
+  SSL_CTX* server_ctx() const { return server_ctx_.get(); }
+  SSL_CTX* client_ctx() const { return client_ctx_.get(); }
+  netlog::Writer& netlog() { return *netlog_; }
+  Metrics& metrics() { return metrics_; }
+  const std::string& stamp_key() const { return stamp_key_; }
+  stamp::ReplayGuard& replay_guard() { return replay_; }
+  WouldBlockLimiter& would_block() { return would_block_; }
+  bool draining() const { return draining_; }
+  // The --resolve override for `host`, or nullptr.
+  const std::string* resolve_override(const std::string& host) const;
+  uint64_t open_connections() const { return open_; }
+
+  // Called by a connection when it starts closing (it leaves the list) and
+  // when its memory is gone.
+  void unlink(Connection* c);
+  void released(Connection* c);
+
+  std::string render_metrics() const;
+  std::string health() const;
+
+ private:
+  static void on_connection(uv_stream_t* server, int status);
+  static void on_signal(uv_signal_t* h, int signum);
+  static void on_prepare(uv_prepare_t* h);
+  static void on_fs_event(uv_fs_event_t* h, const char* filename, int events, int status);
+  static void on_fs_poll(uv_fs_poll_t* h, int status, const uv_stat_t* prev, const uv_stat_t* curr);
+  static void on_reload_timer(uv_timer_t* h);
+  static void on_policy_timer(uv_timer_t* h);
+  static void on_drain_timer(uv_timer_t* h);
+
+  Result<void> load_policy_initial();
+  void install_policy(std::shared_ptr<const policy::Policy> p, bool initial);
+  void arm_policy_timer();
+  void rejudge_all();
+  void refuse_over_limit(uv_stream_t* server);
+  void maybe_finish_drain();
+  void close_handles();
+
+  uv_loop_t* loop_;
+  Config config_;
+  http::Limits http_limits_;
+  http::Limits response_limits_;
+  std::shared_ptr<const policy::Policy> policy_;
+  std::string policy_error_;  // the last load error reported (said once)
+  std::unique_ptr<tls::CertAuthority> ca_;
+  bssl::UniquePtr<SSL_CTX> server_ctx_;
+  bssl::UniquePtr<SSL_CTX> client_ctx_;
+  std::unique_ptr<netlog::Writer> netlog_;
+  std::unique_ptr<Admin> admin_;
+  Metrics metrics_;
+  std::string stamp_key_;
+  stamp::ReplayGuard replay_;
+  WouldBlockLimiter would_block_;
+  std::unordered_map<std::string, std::string> resolve_;
+
+  uv_tcp_t listener_;
+  uv_signal_t sighup_, sigterm_, sigint_;
+  uv_prepare_t prepare_;
+  uv_fs_event_t fs_event_;
+  uv_fs_poll_t fs_poll_;
+  uv_timer_t reload_timer_;  // debounces file events
+  uv_timer_t policy_timer_;  // fires when a learn window closes or a grant expires
+  uv_timer_t drain_timer_;
+  bool listening_ = false;
+  bool fs_event_on_ = false;
+  bool draining_ = false;
+  bool stopped_ = false;
+
+  Connection* head_ = nullptr;  // open connections (intrusive list)
+  uint64_t open_ = 0;           // allocated connections, closing ones included
+  uint64_t next_id_ = 1;
+};
+
+}  // namespace fy::proxy
