@@ -80,7 +80,13 @@ std::string render_machine(const MachineSpec& m) {
   out += fmt::format("table ip6 {} {{\n", kMachineTable6);
   out += "\tchain output {\n";
   out += "\t\ttype filter hook output priority 0; policy accept;\n";
-  out += fmt::format("\t\tmeta skuid != {} accept\n", u);
+  out += "\t\t# Only what a walled principal's socket sends is judged. The reference wrote\n";
+  out += "\t\t# `meta skuid != { ... } accept`, which never matches a packet without a user\n";
+  out += "\t\t# socket (neighbour discovery, MLD, time-wait and request sockets), so it\n";
+  out += "\t\t# refused the kernel's own IPv6 for everyone (docs/wall-escapes.md).\n";
+  out += fmt::format("\t\tmeta skuid {} jump walled\n", u);
+  out += "\t}\n";
+  out += "\tchain walled {\n";
   out += "\t\t# IPv6 only on loopback: the walled principals take the IPv4 proxy path\n";
   out += "\t\toifname \"lo\" accept\n";
   out += "\t\tlog prefix \"fy-wall-deny6 \" counter\n";

@@ -1,0 +1,378 @@
+"""Real network namespaces, listeners, probes and cgroups for fy-wall's proofs.
+
+Everything a test makes is named fyw-<pid>-... and registered for undoing the
+moment it exists; the undo list runs LIFO at the end of each test class, at
+interpreter exit, and on SIGTERM/SIGINT/SIGHUP (meson's timeout sends SIGTERM),
+so a failing or killed test leaves nothing behind. Leftovers of a test process
+that died by SIGKILL are swept by the next run (their pid is gone).
+
+Traffic only ever goes to addresses inside namespaces made here, or loopback.
+"""
+import errno
+import json
+import os
+import re
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+PY = "/usr/bin/python3"
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE = os.environ.get("FY_SOURCE_DIR", os.path.dirname(os.path.dirname(HERE)))
+BUILD = os.environ.get("FY_BUILD_DIR", os.path.join(SOURCE, "build-wall"))
+FY_WALL = os.path.join(BUILD, "wall", "fy-wall")
+PROBE = os.path.join(HERE, "probe.py")
+SERVE = os.path.join(HERE, "serve.py")
+PID = os.getpid()
+
+# The walled test user. It exists only in the passwd file fy-wall is shown
+# (bind-mounted over /etc/passwd in a private mount namespace), so the
+# machine's own passwd database is never touched.
+WALLED_NAME = "fywalice"
+WALLED_UID = 4242
+SUBUID_START, SUBUID_COUNT = 100000, 65536
+OTHER_UID = 4343  # a user who is not walled
+
+
+def cgroup2_root():
+    for cand in ("/sys/fs/cgroup/unified", "/sys/fs/cgroup"):
+        if os.path.exists(os.path.join(cand, "cgroup.procs")) and \
+                os.path.exists(os.path.join(cand, "cgroup.subtree_control")):
+            return cand
+    raise RuntimeError("no cgroup2 mount at /sys/fs/cgroup/unified or /sys/fs/cgroup")
+
+
+# ---- undo list ---------------------------------------------------------
+
+_undo = []
+
+
+def on_cleanup(fn, what):
+    _undo.append((fn, what))
+    return len(_undo)
+
+
+def cleanup(to=0):
+    """Runs the undo list down to `to` entries, newest first."""
+    while len(_undo) > to:
+        fn, what = _undo.pop()
+        try:
+            fn()
+        except Exception as e:  # keep undoing the rest
+            print(f"cleanup of {what} failed: {e}", file=sys.stderr)
+
+
+def _on_signal(signum, _frame):
+    cleanup()
+    os._exit(128 + signum)
+
+
+for _sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    signal.signal(_sig, _on_signal)
+import atexit  # noqa: E402
+
+atexit.register(cleanup)
+
+
+def sh(*cmd, check=True, timeout=30, input=None):
+    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True,
+                       timeout=timeout, input=input)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"{' '.join(map(str, cmd))} failed ({r.returncode}): "
+                           f"{r.stderr.strip()} {r.stdout.strip()}")
+    return r
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def sweep_stale():
+    """Deletes fyw-<pid>-* namespaces and cgroups whose test process is gone."""
+    if os.path.isdir("/run/netns"):
+        for name in os.listdir("/run/netns"):
+            m = re.match(r"fyw-(\d+)-", name)
+            if m and not _alive(int(m.group(1))):
+                sh("ip", "netns", "del", name, check=False)
+    root = cgroup2_root()
+    for name in os.listdir(root):
+        m = re.match(r"fyw-(\d+)-", name)
+        if m and not _alive(int(m.group(1))):
+            remove_cgroup_tree(os.path.join(root, name))
+
+
+def remove_cgroup_tree(path):
+    for dirpath, _dirs, _files in sorted(os.walk(path), key=lambda t: -len(t[0])):
+        try:
+            os.rmdir(dirpath)
+        except OSError:
+            pass
+
+
+def set_nf_log_all_netns():
+    """Lets nf_log write from non-initial namespaces (net.netfilter.nf_log_all_netns).
+
+    It is one host-wide switch, off by default, and the deny lines are only
+    seen with it on. It is left on: turning it off here could hide another
+    concurrently running test's log lines; on, it only lets namespaces log.
+    """
+    path = "/proc/sys/net/netfilter/nf_log_all_netns"
+    with open(path) as f:
+        if f.read().strip() == "1":
+            return
+    with open(path, "w") as f:
+        f.write("1")
+
+
+# ---- namespaces, links, processes --------------------------------------
+
+def netns(role):
+    name = f"fyw-{PID}-{secrets.token_hex(2)}-{role}"
+    sh("ip", "netns", "add", name)
+    on_cleanup(lambda: sh("ip", "netns", "del", name, check=False), f"netns {name}")
+    sh("ip", "-n", name, "link", "set", "lo", "up")
+    return name
+
+
+def nsexec(ns, *cmd):
+    return ["nsenter", f"--net=/run/netns/{ns}", *map(str, cmd)]
+
+
+def in_ns(ns, *cmd, check=True, timeout=30):
+    return sh(*nsexec(ns, *cmd), check=check, timeout=timeout)
+
+
+def veth(ns_a, addrs_a, ns_b, addrs_b):
+    """A veth pair between two namespaces; addrs are "ip/len" strings."""
+    tag = secrets.token_hex(3)
+    a, b = f"fyw{tag}a", f"fyw{tag}b"
+    sh("ip", "link", "add", a, "type", "veth", "peer", "name", b)
+    # If the move fails, the pair is still in this namespace: undo it here.
+    on_cleanup(lambda: sh("ip", "link", "del", a, check=False), f"veth {a}")
+    sh("ip", "link", "set", a, "netns", ns_a)
+    sh("ip", "link", "set", b, "netns", ns_b)
+    for ns, dev, addrs in ((ns_a, a, addrs_a), (ns_b, b, addrs_b)):
+        for ad in addrs:
+            extra = ["nodad"] if ":" in ad else []
+            sh("ip", "-n", ns, "addr", "add", ad, "dev", dev, *extra)
+        sh("ip", "-n", ns, "link", "set", dev, "up")
+    return a, b
+
+
+def spawn(cmd, **kw):
+    p = subprocess.Popen([str(c) for c in cmd], start_new_session=True, **kw)
+
+    def stop():
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        p.wait(timeout=10)
+
+    on_cleanup(stop, f"process {cmd[:4]}")
+    return p
+
+
+class Server:
+    """serve.py in a namespace, as root; `records()` are its stdout lines."""
+
+    def __init__(self, ns, name, *specs):
+        fd, self.log = tempfile.mkstemp(prefix=f"fyw-{PID}-serve-")
+        on_cleanup(lambda: os.unlink(self.log), f"log {self.log}")
+        self.p = spawn(nsexec(ns, PY, SERVE, name, *specs), stdout=fd, stderr=subprocess.STDOUT)
+        os.close(fd)
+        deadline = time.monotonic() + 10
+        while "READY" not in self._text():
+            if self.p.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"listener {name} did not start: {self._text()}")
+            time.sleep(0.02)
+
+    def _text(self):
+        with open(self.log) as f:
+            return f.read()
+
+    def records(self):
+        return [l for l in self._text().splitlines() if l and l != "READY"]
+
+    def seen_from(self, src_ip, local=None):
+        """Records of connections or datagrams from src_ip (to `local` if given)."""
+        out = []
+        for r in self.records():
+            if f" from {src_ip}:" not in r and f" from [{src_ip}]:" not in r:
+                continue
+            if local and f" {local} " not in r + " ":
+                continue
+            out.append(r)
+        return out
+
+
+def probe(ns, uid, kind, host, port, *extra, timeout=2.0, gid=None, cgroup=None):
+    """One probe.py attempt in `ns` as `uid` (0 = root); returns its JSON.
+
+    With `cgroup`, the process joins that cgroup (a path under the cgroup2
+    mount) before it makes its socket, so the socket belongs to it.
+    """
+    inner = [PY, PROBE, kind, host, str(port), "--timeout", str(timeout), *map(str, extra)]
+    if uid != 0:
+        g = uid if gid is None else gid
+        inner = ["setpriv", f"--reuid={uid}", f"--regid={g}", "--clear-groups", *inner]
+    cmd = nsexec(ns, *inner)
+    if cgroup:
+        cmd = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', cgroup, *cmd]
+    r = sh(*cmd, check=False, timeout=timeout + 15)
+    try:
+        return json.loads(r.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        raise RuntimeError(f"probe gave no result: rc={r.returncode} {r.stdout!r} {r.stderr!r}")
+
+
+class KernelLog:
+    """Reads the kernel log records written after mark()."""
+
+    def __init__(self):
+        self.fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
+        fd = self.fd
+        on_cleanup(lambda: os.close(fd), "kmsg fd")
+        self.seen = []
+        self.mark()
+
+    def mark(self):
+        os.lseek(self.fd, 0, os.SEEK_END)
+        self.seen = []
+
+    def _read(self):
+        while True:
+            try:
+                rec = os.read(self.fd, 8192)
+            except BlockingIOError:
+                return
+            except OSError as e:
+                if e.errno == errno.EPIPE:
+                    continue
+                raise
+            text = rec.decode(errors="replace")
+            self.seen.append(text.split(";", 1)[-1].split("\n", 1)[0])
+
+    def wait_for(self, *needles, timeout=3.0):
+        """The first record since mark() holding every needle, or None."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self._read()
+            for line in self.seen:
+                if all(n in line for n in needles):
+                    return line
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.05)
+
+    def count(self, *needles):
+        self._read()
+        return sum(1 for line in self.seen if all(n in line for n in needles))
+
+
+# ---- fy-wall as the tests run it ----------------------------------------
+
+class Identity:
+    """A passwd file holding the machine's entries plus the walled test user,
+    and a subuid file, in a private temp dir."""
+
+    def __init__(self, with_subuid=True):
+        self.dir = tempfile.mkdtemp(prefix=f"fyw-{PID}-id-")
+        on_cleanup(lambda: sh("rm", "-rf", self.dir, check=False), f"dir {self.dir}")
+        os.chmod(self.dir, 0o755)
+        with open("/etc/passwd") as f:
+            base = f.read()
+        self.passwd = os.path.join(self.dir, "passwd")
+        with open(self.passwd, "w") as f:
+            f.write(base)
+            f.write(f"{WALLED_NAME}:x:{WALLED_UID}:{WALLED_UID}::/nonexistent:/bin/sh\n")
+        os.chmod(self.passwd, 0o644)
+        self.subuid = os.path.join(self.dir, "subuid")
+        with open(self.subuid, "w") as f:
+            if with_subuid:
+                f.write(f"{WALLED_NAME}:{SUBUID_START}:{SUBUID_COUNT}\n")
+        os.chmod(self.subuid, 0o644)
+
+    def fy_wall(self, ns, *args, timeout=60):
+        """Runs fy-wall (in `ns`, or in no particular namespace when None)
+        seeing the test's passwd file as /etc/passwd."""
+        inner = [FY_WALL, *map(str, args)]
+        if ns:
+            inner = nsexec(ns, *inner)
+        cmd = ["unshare", "-m", "--propagation", "private", "sh", "-c",
+               'mount --bind "$0" /etc/passwd && exec "$@"', self.passwd, *inner]
+        return sh(*cmd, check=False, timeout=timeout)
+
+
+def machine_args(ident, ports="41000-41089,41100-41189", user=WALLED_NAME):
+    return ["--user", user, "--gateway", "192.168.5.2", "--ports", ports,
+            "--subuid-file", ident.subuid]
+
+
+def guard_args(ident, ports="41000-41089,41100-41189", user=WALLED_NAME):
+    return machine_args(ident, ports, user)
+
+
+class GuestTopology:
+    """The guest, the host and the internet, as the machine wall sees them.
+
+        guest  192.168.5.15/24  fd00:5::15/64   (the walled user, root, the forwarder)
+          | veth
+        host   192.168.5.2/24   fd00:5::2/64    (the gateway: band 41000, off-band 41095,
+          |                                       a private resolver on 53)
+          | veth, forwarding
+        public 203.0.113.10/24  2001:db8:1::10/64  (TCP 443 and 53, UDP 53 and 443)
+               host side 203.0.113.1, 2001:db8:1::1
+
+    With `container`, a fourth namespace stands for a rootful container whose
+    traffic the guest forwards: ctr 10.89.0.2/24 via the guest's 10.89.0.1.
+    """
+
+    GW = "192.168.5.2"
+    GUEST = "192.168.5.15"
+    PUBLIC = "203.0.113.10"
+    PUBLIC6 = "2001:db8:1::10"
+    HOST_OTHER = "203.0.113.1"
+    CTR = "10.89.0.2"
+
+    def __init__(self, container=False):
+        self.guest = netns("guest")
+        self.host = netns("host")
+        self.pub = netns("pub")
+        veth(self.guest, ["192.168.5.15/24", "fd00:5::15/64"],
+             self.host, ["192.168.5.2/24", "fd00:5::2/64"])
+        veth(self.host, ["203.0.113.1/24", "2001:db8:1::1/64"],
+             self.pub, ["203.0.113.10/24", "2001:db8:1::10/64"])
+        sh("ip", "-n", self.guest, "route", "add", "default", "via", self.GW)
+        sh("ip", "-n", self.guest, "-6", "route", "add", "default", "via", "fd00:5::2")
+        sh("ip", "-n", self.pub, "route", "add", "default", "via", "203.0.113.1")
+        sh("ip", "-n", self.pub, "-6", "route", "add", "default", "via", "2001:db8:1::1")
+        for ns in (self.host, self.guest):
+            in_ns(ns, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+            in_ns(ns, "sysctl", "-qw", "net.ipv6.conf.all.forwarding=1")
+        if container:
+            self.ctr = netns("ctr")
+            veth(self.ctr, ["10.89.0.2/24"], self.guest, ["10.89.0.1/24"])
+            sh("ip", "-n", self.ctr, "route", "add", "default", "via", "10.89.0.1")
+            sh("ip", "-n", self.host, "route", "add", "10.89.0.0/24", "via", self.GUEST)
+            sh("ip", "-n", self.pub, "route", "add", "10.89.0.0/24", "via", "203.0.113.1")
+        self.host_srv = Server(self.host, "host",
+                               f"tcp:{self.GW}:41000", f"tcp:{self.GW}:41100",
+                               f"tcp:{self.GW}:41095", f"udp:{self.GW}:53",
+                               f"tcp:{self.GW}:53", f"udp:{self.GW}:41000",
+                               f"tcp:{self.HOST_OTHER}:41000")
+        self.pub_srv = Server(self.pub, "public",
+                              f"tcp:{self.PUBLIC}:443", f"tcp:{self.PUBLIC}:53",
+                              f"udp:{self.PUBLIC}:53", f"udp:{self.PUBLIC}:443",
+                              f"udp:{self.PUBLIC}:5353",
+                              f"tcp:[{self.PUBLIC6}]:443")

@@ -1,0 +1,282 @@
+#!/usr/bin/python3
+"""Golden files of every rendered ruleset, and fy-wall's refusals of bad input.
+
+Each golden case renders a config in tests/wall/golden/ with `fy-wall render`
+and compares it byte for byte with the .nft file beside it; the machine and
+guard goldens are also handed to the kernel (`nft -c` in a scratch network
+namespace), so a golden file cannot pin a ruleset the kernel would refuse.
+Set FY_UPDATE_GOLDEN=1 to rewrite the .nft files after a deliberate change,
+then read the diff.
+
+The refusals run the real binary and check the exit code, that the message
+names where the value came from (file:line:col for the config, the flag's
+name otherwise) and what to do.
+"""
+import os
+import tempfile
+import unittest
+
+import fywnet as n
+
+GOLDEN = os.path.join(n.HERE, "golden")
+
+CASES = [
+    # name, wall, subuid file (in golden/)
+    ("machine-subuid", "machine", "subuid"),
+    ("machine-nosubuid", "machine", "subuid-none"),
+    ("guard-default", "guard", "subuid"),
+    ("guard-oneband", "guard", "subuid-none"),
+    ("host-oneband", "host", None),
+    ("host-bands", "host", None),
+]
+
+
+class Golden(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.mark = len(n._undo)
+        cls.ident = n.Identity()
+
+    @classmethod
+    def tearDownClass(cls):
+        n.cleanup(cls.mark)
+
+    def render(self, name, wall, subuid):
+        args = ["render", wall, "--config", os.path.join(GOLDEN, name + ".toml")]
+        if subuid:
+            args += ["--subuid-file", os.path.join(GOLDEN, subuid)]
+        return self.ident.fy_wall(None, *args)
+
+    def test_golden_files(self):
+        for name, wall, subuid in CASES:
+            with self.subTest(case=name):
+                r = self.render(name, wall, subuid)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                path = os.path.join(GOLDEN, name + ".nft")
+                if os.environ.get("FY_UPDATE_GOLDEN") == "1":
+                    with open(path, "w") as f:
+                        f.write(r.stdout)
+                with open(path) as f:
+                    self.assertEqual(r.stdout, f.read(), f"{name}: rendered text differs from "
+                                     f"{path} (FY_UPDATE_GOLDEN=1 rewrites it)")
+
+    def test_goldens_are_valid_nft(self):
+        ns = n.netns("gold")
+        for name, wall, _ in CASES:
+            if wall == "host":
+                continue  # needs its cgroup to exist: proven live in test_host.py
+            with self.subTest(case=name):
+                r = n.in_ns(ns, "nft", "-c", "-f", os.path.join(GOLDEN, name + ".nft"),
+                            check=False)
+                self.assertEqual(r.returncode, 0, r.stderr)
+
+    def test_subuid_first_line_wins_and_absent_means_uid_only(self):
+        r = self.render("machine-subuid", "machine", "subuid")
+        self.assertIn("meta skuid != { 4242, 100000-165535 } accept", r.stdout)
+        self.assertNotIn("300000", r.stdout)
+        r = self.render("machine-subuid", "machine", "subuid-none")
+        self.assertIn("meta skuid != { 4242 } accept", r.stdout)
+        r = self.ident.fy_wall(None, "render", "machine", "--config",
+                               os.path.join(GOLDEN, "machine-subuid.toml"),
+                               "--subuid-file", "/nonexistent/subuid")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("meta skuid != { 4242 } accept", r.stdout)
+
+    def test_flags_render_what_the_config_does(self):
+        by_config = self.render("machine-subuid", "machine", "subuid").stdout
+        r = self.ident.fy_wall(None, "render", "machine", "--user", "fywalice",
+                               "--gateway", "192.168.5.2", "--ports", "41100-41189, 41000-41089",
+                               "--subuid-file", os.path.join(GOLDEN, "subuid"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, by_config)
+
+    def test_environment_names_the_walled_uid(self):
+        r = n.sh("unshare", "-m", "--propagation", "private", "sh", "-c",
+                 'mount --bind "$0" /etc/passwd && FY_WALL_UID=4242 SUDO_UID= exec "$@"',
+                 self.ident.passwd, n.FY_WALL, "render", "machine", "--gateway", "192.168.5.2",
+                 "--ports", "41000", "--subuid-file", "/nonexistent", check=False)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("uid 4242 (fywalice)", r.stdout)
+        r = n.sh("unshare", "-m", "--propagation", "private", "sh", "-c",
+                 'mount --bind "$0" /etc/passwd && FY_WALL_UID= SUDO_UID=4242 exec "$@"',
+                 self.ident.passwd, n.FY_WALL, "render", "machine", "--gateway", "192.168.5.2",
+                 "--ports", "41000", "--subuid-file", "/nonexistent", check=False)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("uid 4242 (fywalice)", r.stdout)
+
+
+class Refusals(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.mark = len(n._undo)
+        cls.ident = n.Identity()
+        cls.dir = tempfile.mkdtemp(prefix=f"fyw-{n.PID}-cfg-")
+        n.on_cleanup(lambda: n.sh("rm", "-rf", cls.dir), "config dir")
+
+    @classmethod
+    def tearDownClass(cls):
+        n.cleanup(cls.mark)
+
+    def config(self, text):
+        fd, path = tempfile.mkstemp(dir=self.dir, suffix=".toml")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        return path
+
+    def refuse(self, code, args, *needles):
+        r = self.ident.fy_wall(None, *args)
+        self.assertEqual(r.returncode, code, f"{args}: {r.stdout} {r.stderr}")
+        self.assertEqual(r.stdout, "", "a refusal prints nothing on stdout")
+        self.assertTrue(r.stderr.startswith("✗ "), r.stderr)
+        for needle in needles:
+            self.assertIn(needle, r.stderr)
+        return r.stderr
+
+    def machine(self, *extra):
+        base = {"--user": "fywalice", "--gateway": "192.168.5.2", "--ports": "41000-41089",
+                "--subuid-file": "/nonexistent"}
+        args = ["render", "machine"]
+        for k, v in base.items():
+            if k not in extra:
+                args += [k, v]
+        return args + list(extra)
+
+    def test_unknown_user_name(self):
+        self.refuse(3, self.machine("--user", "fywnobody"),
+                    "--user: user 'fywnobody' has no passwd entry",
+                    "getent passwd fywnobody finds nothing", "create the user")
+
+    def test_unknown_uid(self):
+        self.refuse(3, self.machine("--user", "4999"),
+                    "uid 4999 has no passwd entry")
+
+    def test_unknown_uid_in_config_names_file_and_line(self):
+        path = self.config('[machine]\ngateway = "192.168.5.2"\nports = "41000"\n'
+                           'user = 4999\n')
+        self.refuse(3, ["render", "machine", "--config", path, "--subuid-file", "/x"],
+                    f"{path}:4:8: uid 4999 has no passwd entry")
+
+    def test_root_is_refused(self):
+        self.refuse(3, self.machine("--user", "root"), "the walled user is root (uid 0)")
+        self.refuse(3, self.machine("--user", "0"), "the walled user is root (uid 0)")
+
+    def test_no_user_anywhere(self):
+        r = n.sh("unshare", "-m", "--propagation", "private", "sh", "-c",
+                 'mount --bind "$0" /etc/passwd && FY_WALL_UID= SUDO_UID= exec "$@"',
+                 self.ident.passwd, n.FY_WALL, "render", "machine", "--gateway", "192.168.5.2",
+                 "--ports", "41000", check=False)
+        self.assertEqual(r.returncode, 3)
+        self.assertIn("can't resolve the walled uid", r.stderr)
+
+    def test_overlapping_ports(self):
+        path = self.config('[machine]\nuser = "fywalice"\ngateway = "192.168.5.2"\n'
+                           'ports = ["41000-41089", "41050-41100"]\n')
+        self.refuse(3, ["render", "machine", "--config", path],
+                    f"{path}:4:9: [machine].ports: ports 41000-41089 and 41050-41100 overlap",
+                    "list each port once")
+        self.refuse(3, self.machine("--ports", "41000,41000"), "--ports: ports 41000 and 41000")
+
+    def test_out_of_range_and_malformed_ports(self):
+        self.refuse(3, self.machine("--ports", "70000"), "port 70000", "out of range (1..65535)")
+        self.refuse(3, self.machine("--ports", "0-10"), "port 0", "out of range")
+        self.refuse(3, self.machine("--ports", "41089-41000"), "runs backwards",
+                    "write the lower port first (41000-41089)")
+        self.refuse(3, self.machine("--ports", "41000-"), "is not a port or a range")
+        self.refuse(3, self.machine("--ports", "http"), "is not a port or a range")
+        self.refuse(3, self.machine("--ports", ","), "no ports given")
+        path = self.config('[host]\nvm = "dev"\ncgroup = "a.slice"\nports = [41000]\n')
+        self.refuse(3, ["render", "host", "--config", path],
+                    f"{path}:4:10: [host].ports[0]: expected a string, found integer")
+
+    def test_malformed_addresses(self):
+        for bad in ("192.168.5", "192.168.005.2", "::1", "gateway.lima", "1.2.3.4.5",
+                    "256.1.1.1", " 192.168.5.2"):
+            with self.subTest(gateway=bad):
+                self.refuse(3, self.machine("--gateway", bad), "--gateway:",
+                            "is not an IPv4 address", "four decimal octets")
+        self.refuse(3, self.machine("--gateway", "127.0.0.1"), "cannot be the host gateway")
+        self.refuse(3, self.machine("--resolvers", "10.0.0.1/8"), "--resolvers:",
+                    "has host bits set — write 10.0.0.0/8")
+        self.refuse(3, self.machine("--resolvers", "10.0.0.0/33"), "bad prefix length")
+        self.refuse(3, self.machine("--resolvers", "10.0.0.0/8,10.1.0.0/16"),
+                    "prefixes 10.0.0.0/8 and 10.1.0.0/16 overlap")
+        path = self.config('[guard]\nuser = "fywalice"\ngateway = "192.168.5.2"\n'
+                           'ports = "41000"\nlistener = "10.0.0.1"\n')
+        self.refuse(3, ["render", "guard", "--config", path, "--subuid-file", "/x"],
+                    f"{path}:5:12: [guard].listener: 10.0.0.1 is not a loopback host address")
+
+    def test_config_file_errors_are_all_reported_with_lines(self):
+        path = self.config('[machine]\nuser = "fywalice"\ngateway = "192.168.5"\n'
+                           'prots = "41000"\n[guard]\nroute_table = 254\n'
+                           'rule_priority = 40000\n[extra]\n')
+        err = self.refuse(3, ["render", "machine", "--config", path],
+                          f"{path}:3:11: [machine].gateway:",
+                          f"{path}:4:9: unknown key 'prots' in [machine]",
+                          f"{path}:6:15: [guard].route_table: routing table 254 is reserved",
+                          f"{path}:7:17: [guard].rule_priority: rule priority 40000",
+                          f"{path}:8:1: unknown key 'extra' in the top level")
+        self.assertGreaterEqual(err.count("\n"), 5)
+
+    def test_not_toml(self):
+        path = self.config('[machine\nuser = "x"\n')
+        self.refuse(3, ["render", "machine", "--config", path], f"{path}:1:", "not valid TOML")
+
+    def test_missing_keys(self):
+        path = self.config('[machine]\nuser = "fywalice"\nports = "41000"\n')
+        self.refuse(3, ["render", "machine", "--config", path],
+                    f"{path}: [machine].gateway is not set", "or pass --gateway")
+        self.refuse(3, ["render", "machine", "--user", "fywalice", "--ports", "41000"],
+                    "--gateway is required")
+        self.refuse(3, ["render", "host", "--config", path], "has no [host] section")
+        self.refuse(3, ["render", "machine", "--config", "/nonexistent/fy.toml"],
+                    "/nonexistent/fy.toml does not exist")
+
+    def test_subuid_problems_name_the_file_line(self):
+        bad = self.config("fywalice:100000\n")
+        self.refuse(3, self.machine("--subuid-file", bad), f"{bad}:1:",
+                    "is not LOGIN:START:COUNT")
+        own = self.config("fywalice:4000:1000\n")
+        self.refuse(3, self.machine("--subuid-file", own), "contains its own uid 4242")
+        zero = self.config("4242:0:10\n")
+        self.refuse(3, self.machine("--subuid-file", zero), "starts at uid 0")
+
+    def test_host_values(self):
+        base = ["render", "host", "--vm", "dev", "--ports", "41000-41199"]
+        self.refuse(3, base + ["--cgroup", "fy.slice/../x"], "'.' or '..' component")
+        self.refuse(3, base + ["--cgroup", 'fy.slice/"x'], "nft cannot match it safely")
+        self.refuse(3, base + ["--cgroup", "/"], "the cgroup is empty or the root")
+        self.refuse(3, ["render", "host", "--vm", 'a"b', "--cgroup", "x", "--ports", "1"],
+                    "--vm: the VM name")
+        self.refuse(3, base + ["--cgroup", "x", "--proxy-port-base", "70000"],
+                    "proxy_port_base 70000 is out of range")
+
+    def test_flags_for_another_wall(self):
+        self.refuse(3, self.machine("--vm", "dev"), "--vm belongs to the host wall")
+        self.refuse(3, self.machine("--listener", "127.42.0.1"), "--listener belongs to the guard")
+        self.refuse(3, ["render", "host", "--user", "fywalice"], "--user belongs to the machine")
+
+    def test_usage(self):
+        self.refuse(2, [], "no command")
+        self.refuse(2, ["frobnicate", "machine"], "unknown command 'frobnicate'",
+                    "apply|remove|status|render")
+        self.refuse(2, ["apply"], "name the wall to apply: machine, guard or host")
+        self.refuse(2, ["apply", "wall"], "unknown wall 'wall' — machine|guard|host")
+        self.refuse(2, ["apply", "machine", "--prots", "1"], "unknown option '--prots'")
+        self.refuse(2, ["apply", "machine", "--ports"], "--ports needs a value")
+        self.refuse(2, ["render", "machine", "--check"], "--check goes with apply")
+        self.refuse(2, ["render", "machine", "extra"], "unexpected argument 'extra'")
+
+    def test_help_and_version(self):
+        r = self.ident.fy_wall(None, "--help")
+        self.assertEqual(r.returncode, 0)
+        for needle in ("usage: fy-wall <command> <wall>", "exit codes:", "--check",
+                       "machine  inet fy_wall + ip6 fy_wall6"):
+            self.assertIn(needle, r.stdout)
+        r = self.ident.fy_wall(None, "--version")
+        self.assertEqual(r.returncode, 0)
+        self.assertRegex(r.stdout, r"^fy-wall \d+\.\d+\.\d+\n$")
+
+
+if __name__ == "__main__":
+    n.sweep_stale()
+    unittest.main(verbosity=2)
