@@ -1,5 +1,9 @@
 #include "core/stamp.h"
 
+#include <arpa/inet.h>
+
+#include <cstring>
+
 #include "core/crypto.h"
 #include "core/net.h"
 #include "core/text.h"
@@ -35,6 +39,21 @@ bool valid_boot(std::string_view s) {
     if (dash ? c != '-' : !((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
   }
   return true;
+}
+
+// An IP literal exactly as inet_ntop writes it (dotted quad without leading
+// zeros; RFC 5952 IPv6), so a stamp has one spelling only.
+bool is_canonical_ip(std::string_view s) {
+  if (s.empty() || s.size() >= INET6_ADDRSTRLEN) return false;
+  char in[INET6_ADDRSTRLEN];
+  std::memcpy(in, s.data(), s.size());
+  in[s.size()] = '\0';
+  unsigned char bin[sizeof(in6_addr)];
+  char out[INET6_ADDRSTRLEN];
+  int af = s.find(':') == std::string_view::npos ? AF_INET : AF_INET6;
+  if (inet_pton(af, in, bin) != 1) return false;
+  if (!inet_ntop(af, bin, out, sizeof out)) return false;
+  return s == out;
 }
 
 // Splits "name=value" off the front of `rest` (fields end at ';').
@@ -85,8 +104,8 @@ Result<Fields> verify(std::string_view value, std::string_view key) {
   Fields f;
   std::string_view rest = signed_part, v;
   if (!take_field(&rest, "v", &v) || v != "1") return bad("unknown version");
-  if (!take_field(&rest, "src", &v) || !(is_ipv4_literal(v) || is_ipv6_literal(v)))
-    return bad("src is not an IP address");
+  if (!take_field(&rest, "src", &v) || !is_canonical_ip(v))
+    return bad("src is not an IP address in canonical form");
   f.src = v;
   if (!take_field(&rest, "net", &v) || !valid_net(v)) return bad("net is not a network name");
   f.net = v;

@@ -1,0 +1,146 @@
+#include "forwarder/config.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "core/config.h"
+#include "core/net.h"
+#include "core/text.h"
+#include "forwarder/head.h"
+
+namespace fy::fwd {
+
+Result<UidRange> parse_uid_range(std::string_view s) {
+  size_t dash = s.find('-');
+  auto lo = parse_u64(s.substr(0, dash));
+  auto hi = dash == std::string_view::npos ? lo : parse_u64(s.substr(dash + 1));
+  if (!lo || !hi || *lo > *hi || *hi > UINT32_MAX - 1)
+    return make_error(Errc::invalid_argument,
+                      "'{}' is not a uid or an inclusive uid range like \"100000-165535\"", s);
+  return UidRange{static_cast<uint32_t>(*lo), static_cast<uint32_t>(*hi)};
+}
+
+Result<Config> parse_config(std::string_view text, const std::string& path) {
+  auto doc = cfg::Doc::parse(text, path);
+  if (!doc) return std::move(doc).take_error();
+  Config c;
+  c.path = path;
+  cfg::Table root = doc->root();
+
+  if (auto v = root.string("key_file")) c.key_file = *v;
+  else root.error("", "key_file is required: the 64-hex-character stamp key, mode 0600");
+  if (auto v = root.string("state_dir")) c.state_dir = *v;
+  if (auto v = root.string("control_socket")) c.control_socket = *v;
+  if (auto v = root.string("boot_id_file")) c.boot_id_file = *v;
+  if (auto v = root.string("log_level")) {
+    auto l = log::parse_level(*v);
+    if (!l) root.error("log_level", "is not one of debug, info, warn, error, off");
+    else c.log_level = *l;
+  }
+  if (c.control_socket.empty()) c.control_socket = c.state_dir + "/control.sock";
+
+  if (auto up = root.table("upstream")) {
+    if (auto v = up->string("host")) {
+      if (!is_ipv4_literal(*v) && !is_ipv6_literal(*v))
+        up->error("host", "is not an IP address: give the host gateway's address as the VM "
+                          "sees it, e.g. \"192.168.5.2\"");
+      else c.upstream_host = *v;
+    } else {
+      up->error("", "[upstream] needs host: the host gateway's IP address");
+    }
+    if (auto v = up->integer("connect_timeout_ms", 50, 60000)) c.connect_timeout_ms = *v;
+    if (auto v = up->integer("redials", 0, 64)) c.redials = *v;
+    if (auto v = up->integer("rst_wait_ms", 0, 600000)) c.rst_wait_ms = *v;
+    up->finish();
+  } else {
+    root.error("", "the [upstream] table is required (host = the host gateway's address)");
+  }
+
+  auto ports = root.tables("port");
+  for (auto& t : ports) {
+    PortRule r;
+    if (auto v = t.integer("port", 1, 65535)) r.port = static_cast<uint16_t>(*v);
+    else t.error("", "needs port = 1..65535");
+    if (auto v = t.boolean("stamp")) r.stamp = *v;
+    t.finish();
+    if (r.port && c.port_rule(r.port)) t.error("port", "is listed twice");
+    else if (r.port) c.ports.push_back(r);
+  }
+  if (ports.empty())
+    root.error("", "at least one [[port]] is required: the daemon ports the forwarder serves");
+
+  if (auto lim = root.table("limits")) {
+    if (auto v = lim->integer("head_bytes", 1024, 65536)) c.max_head_bytes = *v;
+    if (auto v = lim->integer("headers", 1, Head::kMaxHeaders)) c.max_headers = *v;
+    if (auto v = lim->integer("head_timeout_ms", 100, 600000)) c.head_timeout_ms = *v;
+    if (auto v = lim->integer("half_closed_timeout_ms", 100, 3600000))
+      c.half_closed_timeout_ms = *v;
+    if (auto v = lim->integer("connections", 1, 1000000)) c.max_connections = *v;
+    if (auto v = lim->integer("pipe_size", 0, 16 * 1024 * 1024)) c.pipe_size = *v;
+    lim->finish();
+  }
+
+  if (auto b = root.table("bridge")) {
+    c.bridge.enabled = true;
+    if (auto v = b->string("netns")) c.bridge.netns = *v;
+    if (auto v = b->string("netns_pid_file")) c.bridge.netns_pid_file = *v;
+    if (c.bridge.netns.empty() == c.bridge.netns_pid_file.empty())
+      b->error("", "[bridge] needs exactly one of netns (a namespace path to follow) or "
+                   "netns_pid_file (a file naming a process in the namespace)");
+    if (auto v = b->string("listen")) c.bridge.listen = *v;
+    if (!is_ipv4_literal(c.bridge.listen) && !is_ipv6_literal(c.bridge.listen))
+      b->error("listen", "is not an IP address (use \"0.0.0.0\" for every bridge)");
+    if (auto v = b->string("net")) c.bridge.net = *v;
+    if (auto v = b->integer("poll_ms", 10, 60000)) c.bridge.poll_ms = *v;
+    b->finish();
+  }
+
+  if (auto vm = root.table("vm")) {
+    c.vm.enabled = true;
+    if (auto v = vm->string("listen")) c.vm.listen = *v;
+    if (!is_ipv4_literal(c.vm.listen) && !is_ipv6_literal(c.vm.listen))
+      vm->error("listen", "is not an IP address");
+    if (auto v = vm->strings("walled_uids")) {
+      for (const auto& s : *v) {
+        auto r = parse_uid_range(s);
+        if (!r) vm->error("walled_uids", r.error().message);
+        else c.vm.walled_uids.push_back(*r);
+      }
+    }
+    if (c.vm.walled_uids.empty())
+      vm->error("", "[vm] needs walled_uids: the VM user and its container subuid range, "
+                    "e.g. [\"1000\", \"100000-165535\"]");
+    if (auto v = vm->string("attribution")) {
+      if (*v == "bpf") c.vm.attribution = AttributionMode::bpf;
+      else if (*v == "proc") c.vm.attribution = AttributionMode::proc;
+      else vm->error("attribution", "is not \"bpf\" or \"proc\"");
+    }
+    if (auto v = vm->string("cgroup_root")) c.vm.cgroup_root = *v;
+    vm->finish();
+  }
+  if (!c.bridge.enabled && !c.vm.enabled)
+    root.error("", "neither [bridge] nor [vm] is configured: nothing would listen");
+  if (c.bridge.enabled && c.vm.enabled && c.bridge.listen == c.vm.listen &&
+      c.bridge.netns.empty() && c.bridge.netns_pid_file.empty())
+    root.error("", "[bridge] and [vm] listen on the same address");
+
+  root.finish();
+  FY_TRY(doc->result());
+  return c;
+}
+
+Result<Config> load_config(const std::string& path) {
+  FILE* f = fopen(path.c_str(), "rb");
+  if (!f)
+    return make_error(errno == ENOENT ? Errc::not_found : Errc::io, "{}: cannot be read: {}",
+                      path, strerror(errno));
+  std::string text;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+  fclose(f);
+  return parse_config(text, path);
+}
+
+}  // namespace fy::fwd

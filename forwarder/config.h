@@ -1,0 +1,102 @@
+// fy-forwarder's configuration: one TOML file, validated whole at start-up
+// (file:line errors, unknown keys refused). The operator's reference for every
+// key is docs/fy-forwarder.md; forwarder/exe/forwarder.example.toml is a
+// complete example.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/log.h"
+#include "core/result.h"
+
+namespace fy::fwd {
+
+// A daemon port on the host gateway. A redirected connection keeps its
+// destination port, so the listener's local port names the daemon port and the
+// upstream connection goes to (upstream.host, port).
+struct PortRule {
+  uint16_t port = 0;
+  bool stamp = true;  // false: a token service, relayed byte for byte, not stamped
+};
+
+struct UidRange {
+  uint32_t lo = 0;
+  uint32_t hi = 0;  // inclusive
+  bool contains(uint32_t uid) const { return uid >= lo && uid <= hi; }
+};
+
+enum class AttributionMode { bpf, proc };
+
+struct BridgeConfig {
+  bool enabled = false;
+  // The rootless bridge namespace to follow: a path that is (or will be) a
+  // bind mount of a network namespace, e.g. /run/user/1000/netns/rootless-netns,
+  // or /proc/<pid>/root/<path> to reach into another mount namespace.
+  std::string netns;
+  // Alternative to `netns`: a file holding the pid of a process that lives in
+  // the namespace; the namespace followed is /proc/<pid>/ns/net.
+  std::string netns_pid_file;
+  std::string listen = "0.0.0.0";
+  // Stamp `net`: "auto" names the interface holding the address the client
+  // connected to (podman1, ...); anything else is written as given.
+  std::string net = "auto";
+  uint32_t poll_ms = 250;
+};
+
+struct VmConfig {
+  bool enabled = false;
+  std::string listen = "127.42.0.1";
+  std::vector<UidRange> walled_uids;
+  AttributionMode attribution = AttributionMode::bpf;
+  // The cgroup2 mount the BPF recorder attaches to; "auto" finds it in
+  // /proc/self/mountinfo.
+  std::string cgroup_root = "auto";
+  bool walled(uint32_t uid) const {
+    for (const auto& r : walled_uids)
+      if (r.contains(uid)) return true;
+    return false;
+  }
+};
+
+struct Config {
+  std::string path;  // the file this came from
+  std::string key_file;
+  std::string state_dir = "/run/fy-forwarder";
+  std::string control_socket;  // default: <state_dir>/control.sock
+  std::string boot_id_file = "/proc/sys/kernel/random/boot_id";
+  log::Level log_level = log::Level::info;
+
+  std::string upstream_host;  // an IP literal: the host gateway, from the VM's namespace
+  uint32_t connect_timeout_ms = 2000;
+  uint32_t redials = 8;          // re-dials after the first attempt
+  uint32_t rst_wait_ms = 5000;   // longest wait for SIOCOUTQ 0 before the RST anyway
+  std::vector<PortRule> ports;
+
+  size_t max_head_bytes = 16 * 1024;
+  size_t max_headers = 128;
+  uint32_t head_timeout_ms = 10000;
+  uint32_t half_closed_timeout_ms = 60000;
+  uint32_t max_connections = 50000;
+  uint32_t pipe_size = 0;  // 0: the kernel's default (64 KiB)
+
+  BridgeConfig bridge;
+  VmConfig vm;
+
+  const PortRule* port_rule(uint16_t port) const {
+    for (const auto& p : ports)
+      if (p.port == port) return &p;
+    return nullptr;
+  }
+};
+
+// Loads and validates `path`; every problem in the file, one per line.
+Result<Config> load_config(const std::string& path);
+// The same from text (tests).
+Result<Config> parse_config(std::string_view text, const std::string& path);
+
+// "1000" or "100000-165535".
+Result<UidRange> parse_uid_range(std::string_view s);
+
+}  // namespace fy::fwd

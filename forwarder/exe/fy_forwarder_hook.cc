@@ -1,0 +1,104 @@
+// fy-forwarder-hook: the OCI prestart hook that holds a container's start
+// until fy-forwarder listens in the rootless bridge namespace, so the first
+// container after a teardown of that namespace never races the forwarder
+// (ADR-0034). See docs/fy-forwarder.md, "The OCI hook".
+#include <poll.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "core/clock.h"
+#include "forwarder/control_client.h"
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: fy-forwarder-hook [--control PATH] [--timeout-ms N]
+                          [--on-timeout refuse|continue]
+
+An OCI prestart hook (installed through fy-forwarder-hook.json in
+/usr/share/containers/oci/hooks.d). It reads the container state on stdin,
+then asks fy-forwarder over its control socket, until it answers or the
+time is up, whether it listens in the namespace at its followed path:
+
+  "ready <ino>"  it does: exit 0 and the container starts
+  "absent ..."   no bridge namespace exists: nothing to wait for, exit 0
+  "waiting ..."  ask again in 10 ms
+
+  --control PATH     fy-forwarder's control socket
+                     (default /run/fy-forwarder/control.sock)
+  --timeout-ms N     the bound on the wait (default 5000)
+  --on-timeout MODE  refuse (default): exit 1, so the runtime refuses to start
+                     the container, with a message saying why; continue:
+                     exit 0 with a warning (the container's first
+                     connections then fail closed until the forwarder serves)
+  --help
+)";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string control = "/run/fy-forwarder/control.sock";
+  int timeout_ms = 5000;
+  bool refuse = true;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      fputs(kUsage, stdout);
+      return 0;
+    } else if (a == "--control" && i + 1 < argc) {
+      control = argv[++i];
+    } else if (a == "--timeout-ms" && i + 1 < argc) {
+      timeout_ms = atoi(argv[++i]);
+      if (timeout_ms <= 0) {
+        fprintf(stderr, "fy-forwarder-hook: --timeout-ms must be a positive number\n");
+        return 2;
+      }
+    } else if (a == "--on-timeout" && i + 1 < argc) {
+      std::string m = argv[++i];
+      if (m != "refuse" && m != "continue") {
+        fprintf(stderr, "fy-forwarder-hook: --on-timeout is refuse or continue\n");
+        return 2;
+      }
+      refuse = m == "refuse";
+    } else {
+      fprintf(stderr, "fy-forwarder-hook: unknown argument '%s'; see --help\n", a.c_str());
+      return 2;
+    }
+  }
+  // The runtime writes the container state to stdin; read it so the writer
+  // never blocks, without waiting on a stdin that is not closed.
+  {
+    pollfd p{STDIN_FILENO, POLLIN, 0};
+    char buf[4096];
+    while (::poll(&p, 1, 100) > 0 && (p.revents & (POLLIN | POLLHUP)) &&
+           ::read(STDIN_FILENO, buf, sizeof buf) > 0) {
+    }
+  }
+  uint64_t start = fy::mono_ms();
+  uint64_t deadline = start + static_cast<uint64_t>(timeout_ms);
+  std::string last;
+  while (true) {
+    uint64_t now = fy::mono_ms();
+    int left = now < deadline ? static_cast<int>(deadline - now) : 1;
+    auto r = fy::fwd::control_query(control, "ready", left < 1000 ? left : 1000);
+    if (r) {
+      if (r->rfind("ready", 0) == 0 || r->rfind("absent", 0) == 0) return 0;
+      last = *r;
+    } else {
+      last = r.error().message;
+    }
+    if (fy::mono_ms() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  fprintf(stderr,
+          "fy-forwarder-hook: fy-forwarder is not listening in the rootless bridge namespace "
+          "after %d ms (last answer: %s). %s Check `systemctl status fy-forwarder` and "
+          "`fy-forwarder --probe`.\n",
+          timeout_ms, last.c_str(),
+          refuse ? "The container is not started, because its egress would fail."
+                 : "Starting the container anyway; its first connections may be reset.");
+  return refuse ? 1 : 0;
+}

@@ -1,0 +1,511 @@
+#include "forwarder/forwarder.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/clock.h"
+#include "core/json.h"
+#include "core/log.h"
+#include "core/net.h"
+
+namespace fy::fwd {
+namespace {
+
+constexpr uint64_t kBurstMs = 1000;
+constexpr uint64_t kBurstEveryMs = 5;
+
+std::string dirname_of(const std::string& p) {
+  size_t slash = p.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return p.substr(0, slash);
+}
+
+void mkdir_p(const std::string& dir) {
+  for (size_t i = 1; i <= dir.size(); ++i) {
+    if (i == dir.size() || dir[i] == '/') {
+      std::string part = dir.substr(0, i);
+      ::mkdir(part.c_str(), 0755);
+    }
+  }
+}
+
+}  // namespace
+
+struct Forwarder::ControlClient {
+  uv_pipe_t pipe{};
+  Forwarder* fw = nullptr;
+  std::string in;
+  bool answered = false;
+  uv_write_t write{};
+  std::string out;
+};
+
+Forwarder::Forwarder(Config cfg) : cfg_(std::move(cfg)) {}
+
+Forwarder::~Forwarder() {
+  bridge_.reset();
+  vm_.reset();
+  if (mountinfo_fd_ >= 0) ::close(mountinfo_fd_);
+}
+
+void Forwarder::notify(const std::string& msg) {
+  const char* path = getenv("NOTIFY_SOCKET");
+  if (!path || !*path) return;
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  size_t n = strlen(path);
+  if (n >= sizeof sa.sun_path) return;
+  std::memcpy(sa.sun_path, path, n);
+  if (sa.sun_path[0] == '@') sa.sun_path[0] = 0;
+  int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return;
+  ::sendto(fd, msg.data(), msg.size(), MSG_NOSIGNAL, reinterpret_cast<sockaddr*>(&sa),
+           static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + n));
+  ::close(fd);
+}
+
+void Forwarder::check_previous_instance() {
+  std::string pid_path = cfg_.state_dir + "/pid";
+  pid_t prev = read_pid_file(pid_path);
+  if (prev > 0 && prev != getpid()) {
+    std::string comm;
+    if (FILE* f = fopen(("/proc/" + std::to_string(prev) + "/comm").c_str(), "r")) {
+      char buf[64] = "";
+      if (fgets(buf, sizeof buf, f)) comm = buf;
+      fclose(f);
+    }
+    if (comm.rfind("fy-forwarder", 0) != 0) {
+      unclean_restart_ = true;
+      log::error("the previous fy-forwarder (pid {}) stopped without a clean shutdown; this is "
+                 "a restart after a crash or a kill. Its connections were reset. Find the cause "
+                 "in the journal (journalctl -u fy-forwarder).",
+                 prev);
+    }
+  }
+}
+
+Result<void> Forwarder::start(uv_loop_t* loop) {
+  loop_ = loop;
+  mkdir_p(cfg_.state_dir);
+  std::string pid_path = cfg_.state_dir + "/pid";
+  {
+    pid_t prev = read_pid_file(pid_path);
+    if (prev > 0 && prev != getpid() && ::kill(prev, 0) == 0) {
+      char buf[64] = "";
+      if (FILE* f = fopen(("/proc/" + std::to_string(prev) + "/comm").c_str(), "r")) {
+        if (!fgets(buf, sizeof buf, f)) buf[0] = 0;
+        fclose(f);
+      }
+      if (std::string(buf).rfind("fy-forwarder", 0) == 0)
+        return make_error(Errc::refused,
+                          "another fy-forwarder (pid {}) is running with state_dir {}; stop it "
+                          "first or give this one its own state_dir",
+                          prev, cfg_.state_dir);
+    }
+  }
+  check_previous_instance();
+  FY_TRY(stamper_.init(cfg_.key_file, cfg_.boot_id_file, cfg_.state_dir));
+
+  if (!make_sockaddr(cfg_.upstream_host, 0, &ctx_.upstream, &ctx_.upstream_len))
+    return make_error(Errc::invalid_argument, "upstream host {} is not an IP address",
+                      cfg_.upstream_host);
+  engine_ = std::make_unique<Engine>(loop_);
+  if (!engine_->start()) return make_error(Errc::io, "epoll_create: {}", strerror(errno));
+  pipes_ = std::make_unique<PipePool>(cfg_.pipe_size);
+  ctx_.engine = engine_.get();
+  ctx_.cfg = &cfg_;
+  ctx_.stamper = &stamper_;
+  ctx_.pipes = pipes_.get();
+
+  if (cfg_.vm.enabled) {
+    attributor_ = std::make_unique<Attributor>(cfg_.vm);
+    if (auto r = attributor_->start(); !r) {
+      attribution_note_ = "proc (bpf failed)";
+      log::error("attribution: the BPF recorder is not available: {}. Falling back to the /proc "
+                 "walk, which costs milliseconds per connection with many sockets open.",
+                 r.error().message);
+    }
+    ctx_.attributor = attributor_.get();
+    auto own = own_netns();
+    auto l = Listener::open(&ctx_, ListenerKind::vm, -1, own ? *own : NsId{}, cfg_.vm.listen,
+                            "host");
+    if (!l)
+      return make_error(l.error().code, "the VM listener cannot listen: {}",
+                        l.error().message);
+    vm_ = std::move(*l);
+    log::info("vm listener: listening on {}", vm_->describe());
+  }
+
+  if (cfg_.bridge.enabled) {
+    uv_timer_init(loop_, &poll_timer_);
+    poll_timer_.data = this;
+    uv_timer_init(loop_, &burst_timer_);
+    burst_timer_.data = this;
+    rescan_bridge("start");
+    start_watches();
+  }
+
+  FY_TRY(start_control());
+
+  for (auto* s : {&sig_term_, &sig_int_, &sig_hup_}) {
+    uv_signal_init(loop_, s);
+    s->data = this;
+  }
+  auto on_sig = [](uv_signal_t* s, int signum) {
+    static_cast<Forwarder*>(s->data)->on_signal(signum);
+  };
+  uv_signal_start(&sig_term_, on_sig, SIGTERM);
+  uv_signal_start(&sig_int_, on_sig, SIGINT);
+  uv_signal_start(&sig_hup_, on_sig, SIGHUP);
+  signal(SIGPIPE, SIG_IGN);
+
+  uv_timer_init(loop_, &watchdog_);
+  watchdog_.data = this;
+  if (const char* wd = getenv("WATCHDOG_USEC")) {
+    uint64_t usec = strtoull(wd, nullptr, 10);
+    if (usec >= 2000) {
+      uv_timer_start(
+          &watchdog_,
+          [](uv_timer_t* t) { static_cast<Forwarder*>(t->data)->notify("WATCHDOG=1"); },
+          usec / 2000, usec / 2000);
+    }
+  }
+
+  FILE* pf = fopen(pid_path.c_str(), "w");
+  if (pf) {
+    fprintf(pf, "%d\n", getpid());
+    fclose(pf);
+  }
+  started_ = true;
+  notify("READY=1\nSTATUS=" + status_line());
+  log::info("serving: {}", status_line());
+  return {};
+}
+
+std::string Forwarder::bridge_path() const {
+  if (!cfg_.bridge.netns.empty()) return cfg_.bridge.netns;
+  pid_t pid = read_pid_file(cfg_.bridge.netns_pid_file);
+  if (!pid) return "";
+  return "/proc/" + std::to_string(pid) + "/ns/net";
+}
+
+bool Forwarder::bridge_current(NsId* at_path, std::string* why) {
+  std::string path = bridge_path();
+  if (path.empty()) {
+    if (why) *why = "no pid in " + cfg_.bridge.netns_pid_file;
+    return false;
+  }
+  auto ns = open_netns(path);
+  if (!ns) {
+    if (why) *why = ns.error().message;
+    return false;
+  }
+  if (at_path) *at_path = ns->id;
+  return bridge_ && bridge_->ns() == ns->id;
+}
+
+void Forwarder::rescan_bridge(const char* why) {
+  if (stopping_ || !cfg_.bridge.enabled) return;
+  std::string path = bridge_path();
+  if (path.empty()) {
+    bridge_error_ = "no live pid in " + cfg_.bridge.netns_pid_file;
+    return;
+  }
+  auto ns = open_netns(path);
+  if (!ns) {
+    bridge_error_ = ns.error().message;
+    return;
+  }
+  if (bridge_ && bridge_->ns() == ns->id) {
+    bridge_error_.clear();
+    return;
+  }
+  auto l = Listener::open(&ctx_, ListenerKind::bridge, ns->fd.get(), ns->id, cfg_.bridge.listen,
+                          cfg_.bridge.net);
+  if (!l) {
+    bridge_error_ = l.error().message;
+    uint64_t now = mono_ms();
+    if (now - last_warn_ms_ > 1000) {
+      last_warn_ms_ = now;
+      log::warn("bridge listener: cannot listen in the namespace at {} (netns {}): {}; "
+                "retrying", path, ns->id.ino, bridge_error_);
+    }
+    return;
+  }
+  std::unique_ptr<Listener> old = std::move(bridge_);
+  bridge_ = std::move(*l);
+  bridge_error_.clear();
+  ++bridge_switches_;
+  log::info("bridge listener: listening on {} in netns {} at {} ({}){}", bridge_->describe(),
+            ns->id.ino, path, why,
+            old ? fmt::format("; released netns {}", old->ns().ino) : std::string());
+  old.reset();  // only now: the old namespace stayed alive until the new one was served
+  notify("STATUS=" + status_line());
+}
+
+void Forwarder::watch_dir() {
+  std::string target = cfg_.bridge.netns.empty() ? cfg_.bridge.netns_pid_file : cfg_.bridge.netns;
+  std::string dir = dirname_of(target);
+  if (dir.rfind("/proc/", 0) == 0 && dir.find("/root/") == std::string::npos) return;
+  if (dir_watching_) return;
+  uv_fs_event_init(loop_, &dir_watch_);
+  dir_watch_.data = this;
+  int rc = uv_fs_event_start(
+      &dir_watch_,
+      [](uv_fs_event_t* h, const char* name, int events, int status) {
+        auto* self = static_cast<Forwarder*>(h->data);
+        if (status < 0) {
+          // The directory went away: drop the watch; the poll re-makes it.
+          uv_fs_event_stop(h);
+          uv_close(reinterpret_cast<uv_handle_t*>(h), [](uv_handle_t* hh) {
+            static_cast<Forwarder*>(hh->data)->dir_watching_ = false;
+          });
+          return;
+        }
+        self->rescan_bridge("inotify");
+        if (!self->bridge_current(nullptr, nullptr)) {
+          self->burst_until_ms_ = mono_ms() + kBurstMs;
+          uv_timer_start(&self->burst_timer_, [](uv_timer_t* t) {
+            auto* fw = static_cast<Forwarder*>(t->data);
+            fw->rescan_bridge("inotify+retry");
+            if (fw->bridge_current(nullptr, nullptr) || mono_ms() > fw->burst_until_ms_)
+              uv_timer_stop(t);
+          }, kBurstEveryMs, kBurstEveryMs);
+        }
+      },
+      dir.c_str(), 0);
+  if (rc != 0) {
+    uv_close(reinterpret_cast<uv_handle_t*>(&dir_watch_), nullptr);
+    return;
+  }
+  dir_watching_ = true;
+  watched_dir_ = dir;
+}
+
+void Forwarder::start_watches() {
+  watch_dir();
+  mountinfo_fd_ = ::open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
+  if (mountinfo_fd_ >= 0) {
+    uv_poll_init(loop_, &mount_watch_, mountinfo_fd_);
+    mount_watch_.data = this;
+    uv_poll_start(&mount_watch_, UV_PRIORITIZED, [](uv_poll_t* h, int status, int events) {
+      auto* self = static_cast<Forwarder*>(h->data);
+      self->rescan_bridge("mount");
+    });
+    mount_watching_ = true;
+  }
+  uv_timer_start(&poll_timer_, [](uv_timer_t* t) {
+    auto* self = static_cast<Forwarder*>(t->data);
+    self->rescan_bridge("poll");
+    if (!self->dir_watching_) self->watch_dir();
+  }, cfg_.bridge.poll_ms, cfg_.bridge.poll_ms);
+}
+
+std::string Forwarder::status_line() {
+  std::string bridge = "off";
+  bool serving = started_ && !stopping_;
+  std::string fail;
+  if (cfg_.bridge.enabled) {
+    NsId at{};
+    std::string why;
+    bool current = bridge_current(&at, &why);
+    if (current) {
+      bridge = fmt::format("listening:netns={}", at.ino);
+    } else if (!at.valid()) {
+      bridge = bridge_ ? fmt::format("absent:holding={}", bridge_->ns().ino) : "absent";
+    } else {
+      bridge = fmt::format("not-listening:netns={}", at.ino);
+      serving = false;
+      fail = "the bridge listener is not listening in the namespace at " + bridge_path() + ": " +
+             (bridge_error_.empty() ? "not yet" : bridge_error_);
+    }
+  }
+  std::string vm = "off";
+  if (cfg_.vm.enabled) {
+    if (vm_) vm = "listening:" + vm_->describe();
+    else {
+      vm = "down";
+      serving = false;
+      fail = "the VM listener is down";
+    }
+  }
+  if (!started_) fail = "starting";
+  if (stopping_) fail = "stopping";
+  const Counters& k = ctx_.counters;
+  std::string attribution =
+      !cfg_.vm.enabled ? "off"
+      : attributor_ && attributor_->bpf_active() ? "bpf"
+      : attribution_note_.empty() ? "proc" : attribution_note_;
+  for (char& c : attribution)
+    if (c == ' ') c = '_';
+  std::string counters = fmt::format(
+      "pid={} bridge={} vm={} attribution={} active={} accepted={} stamped={} refused_head={} "
+      "stamps_stripped={} redials={} upstream_failed={} rst_closes={} seq={} switches={}{}",
+      getpid(), bridge, vm, attribution, k.active, k.accepted, k.stamped, k.refused_head,
+      k.stamps_stripped, k.redials, k.upstream_failed, k.rst_closes, stamper_.issued(),
+      bridge_switches_, unclean_restart_ ? " restarted_after_crash=1" : "");
+  if (serving) return "ok " + counters;
+  return "fail " + fail + " | " + counters;
+}
+
+std::string Forwarder::ready_line() {
+  rescan_bridge("hook");
+  if (!cfg_.bridge.enabled) return "absent bridge listener not configured";
+  NsId at{};
+  std::string why;
+  if (bridge_current(&at, &why)) return fmt::format("ready {}", at.ino);
+  if (!at.valid()) return "absent " + why;
+  return "waiting " + (bridge_error_.empty() ? std::string("listener not made yet")
+                                             : bridge_error_);
+}
+
+Result<void> Forwarder::start_control() {
+  mkdir_p(dirname_of(cfg_.control_socket));
+  ::unlink(cfg_.control_socket.c_str());
+  uv_pipe_init(loop_, &control_, 0);
+  control_.data = this;
+  int rc = uv_pipe_bind(&control_, cfg_.control_socket.c_str());
+  if (rc == 0) rc = uv_listen(reinterpret_cast<uv_stream_t*>(&control_), 64, [](uv_stream_t* s,
+                                                                               int status) {
+    auto* fw = static_cast<Forwarder*>(s->data);
+    if (status < 0) return;
+    auto* c = new ControlClient();
+    c->fw = fw;
+    uv_pipe_init(fw->loop_, &c->pipe, 0);
+    c->pipe.data = c;
+    if (uv_accept(s, reinterpret_cast<uv_stream_t*>(&c->pipe)) != 0) {
+      uv_close(reinterpret_cast<uv_handle_t*>(&c->pipe),
+               [](uv_handle_t* h) { delete static_cast<ControlClient*>(h->data); });
+      return;
+    }
+    uv_read_start(
+        reinterpret_cast<uv_stream_t*>(&c->pipe),
+        [](uv_handle_t* h, size_t, uv_buf_t* b) {
+          static char buf[512];
+          *b = uv_buf_init(buf, sizeof buf);
+        },
+        [](uv_stream_t* st, ssize_t n, const uv_buf_t* b) {
+          auto* cc = static_cast<ControlClient*>(st->data);
+          auto close_it = [cc] {
+            uv_close(reinterpret_cast<uv_handle_t*>(&cc->pipe),
+                     [](uv_handle_t* h) { delete static_cast<ControlClient*>(h->data); });
+          };
+          if (n < 0) {
+            close_it();
+            return;
+          }
+          if (cc->answered) return;
+          cc->in.append(b->base, static_cast<size_t>(n));
+          size_t nl = cc->in.find('\n');
+          if (nl == std::string::npos) {
+            if (cc->in.size() > 256) close_it();
+            return;
+          }
+          std::string cmd = cc->in.substr(0, nl);
+          if (!cmd.empty() && cmd.back() == '\r') cmd.pop_back();
+          Forwarder* f = cc->fw;
+          if (cmd == "status") cc->out = f->status_line();
+          else if (cmd == "ready") cc->out = f->ready_line();
+          else if (cmd == "stats") {
+            const Counters& k = f->ctx_.counters;
+            std::string j;
+            JsonObject o(j);
+            o.unum("accepted", k.accepted).unum("active", k.active).unum("over_limit", k.over_limit)
+                .unum("accept_errors", k.accept_errors).unum("stamped", k.stamped)
+                .unum("relayed_unstamped", k.relayed_unstamped)
+                .unum("stamps_stripped", k.stamps_stripped).unum("refused_head", k.refused_head)
+                .unum("head_timeouts", k.head_timeouts).unum("head_eof", k.head_eof)
+                .unum("redials", k.redials).unum("upstream_failed", k.upstream_failed)
+                .unum("attributed", k.attributed).unum("attrib_bpf", k.attrib_bpf)
+                .unum("attrib_proc", k.attrib_proc)
+                .unum("attrib_refused_pasta", k.attrib_refused_pasta)
+                .unum("attrib_failed", k.attrib_failed).unum("fin_closes", k.fin_closes)
+                .unum("rst_closes", k.rst_closes).unum("rst_forced", k.rst_forced)
+                .unum("aborted", k.aborted).unum("half_closed_timeouts", k.half_closed_timeouts)
+                .unum("bytes_up", k.bytes_up).unum("bytes_down", k.bytes_down)
+                .unum("seq", f->stamper_.issued()).unum("bridge_switches", f->bridge_switches_)
+                .unum("pipes_idle", f->pipes_ ? f->pipes_->idle() : 0);
+            for (size_t i = 1; i < static_cast<size_t>(Refusal::kCount); ++i)
+              o.unum(std::string("refused_") + refusal_name(static_cast<Refusal>(i)),
+                    k.refused_by[i]);
+            o.close();
+            cc->out = j;
+          } else {
+            cc->out = "error unknown command; send one of: status, ready, stats";
+          }
+          cc->out += '\n';
+          cc->answered = true;
+          uv_buf_t wb = uv_buf_init(cc->out.data(), cc->out.size());
+          cc->write.data = cc;
+          uv_write(&cc->write, reinterpret_cast<uv_stream_t*>(&cc->pipe), &wb, 1,
+                   [](uv_write_t* w, int) {
+                     auto* c2 = static_cast<ControlClient*>(w->data);
+                     uv_close(reinterpret_cast<uv_handle_t*>(&c2->pipe), [](uv_handle_t* h) {
+                       delete static_cast<ControlClient*>(h->data);
+                     });
+                   });
+        });
+  });
+  if (rc != 0)
+    return make_error(Errc::io, "control socket {}: {}", cfg_.control_socket,
+                      uv_strerror(rc));
+  chmod(cfg_.control_socket.c_str(), 0666);  // the hook may run as the VM user
+  control_open_ = true;
+  return {};
+}
+
+void Forwarder::on_signal(int sig) {
+  if (sig == SIGHUP) {
+    if (auto r = stamper_.reload_key(); !r) {
+      log::error("SIGHUP: the key was not reloaded, the old key stays in use: {}",
+                 r.error().message);
+    } else {
+      log::info("SIGHUP: key reloaded from {}", cfg_.key_file);
+    }
+    return;
+  }
+  log::info("signal {}: stopping; live connections are reset", sig);
+  stop();
+}
+
+void Forwarder::stop() {
+  if (stopping_) return;
+  stopping_ = true;
+  notify("STOPPING=1");
+  // New connections are refused by the kernel from here on.
+  bridge_.reset();
+  vm_.reset();
+  while (ctx_.head) ctx_.head->abort_now();
+  auto close_h = [](auto* h) {
+    auto* hh = reinterpret_cast<uv_handle_t*>(h);
+    if (hh->type != UV_UNKNOWN_HANDLE && !uv_is_closing(hh)) uv_close(hh, nullptr);
+  };
+  if (cfg_.bridge.enabled) {
+    close_h(&poll_timer_);
+    close_h(&burst_timer_);
+  }
+  if (dir_watching_) close_h(&dir_watch_);
+  if (mount_watching_) close_h(&mount_watch_);
+  if (control_open_) {
+    close_h(&control_);
+    ::unlink(cfg_.control_socket.c_str());
+  }
+  if (started_) {
+    close_h(&watchdog_);
+    close_h(&sig_term_);
+    close_h(&sig_int_);
+    close_h(&sig_hup_);
+    ::unlink((cfg_.state_dir + "/pid").c_str());
+  }
+  if (engine_) engine_->stop(nullptr, nullptr);
+}
+
+}  // namespace fy::fwd

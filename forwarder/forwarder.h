@@ -1,0 +1,95 @@
+// fy-forwarder: the whole daemon on one libuv loop.
+//
+//   - the VM listener (forwarder's own namespace) and the bridge listener,
+//     which follows the rootless namespace: inotify on the path's directory,
+//     POLLPRI on /proc/self/mountinfo (a mount of a namespace file raises no
+//     inotify event), and a poll timer as the fallback. A new namespace gets a
+//     new listener first; the old one is closed only after, so the old
+//     namespace (and its inode) stays alive until the new one is served;
+//   - the control socket: the liveness probe ("status") and the OCI hook's
+//     question ("ready"), one line each way (docs/fy-forwarder.md);
+//   - signals: SIGTERM/SIGINT stop, SIGHUP re-reads the key;
+//   - sd_notify READY/WATCHDOG when run by systemd with Type=notify.
+#pragma once
+
+#include <uv.h>
+
+#include <memory>
+#include <string>
+
+#include "core/result.h"
+#include "forwarder/attrib.h"
+#include "forwarder/config.h"
+#include "forwarder/engine.h"
+#include "forwarder/listener.h"
+#include "forwarder/relay.h"
+#include "forwarder/stamper.h"
+
+namespace fy::fwd {
+
+class Forwarder {
+ public:
+  explicit Forwarder(Config cfg);
+  ~Forwarder();
+  Forwarder(const Forwarder&) = delete;
+  Forwarder& operator=(const Forwarder&) = delete;
+
+  // Sets everything up on `loop`. An error is fatal: the forwarder must not
+  // run half-configured.
+  Result<void> start(uv_loop_t* loop);
+  // Stops listening, resets live connections, closes every handle.
+  void stop();
+  bool stopping() const { return stopping_; }
+
+  // The liveness probe's answer: "ok ..." when serving, "fail <why>" when not.
+  std::string status_line();
+  // The hook's answer after a fresh look at the namespace path:
+  // "ready <ino>", "absent" (no namespace there: nothing to wait for) or
+  // "waiting <why>".
+  std::string ready_line();
+
+ private:
+  struct ControlClient;
+  void rescan_bridge(const char* why);
+  bool bridge_current(NsId* at_path, std::string* why);
+  std::string bridge_path() const;
+  void start_watches();
+  void watch_dir();
+  Result<void> start_control();
+  void on_signal(int sig);
+  void notify(const std::string& msg);
+  void check_previous_instance();
+
+  Config cfg_;
+  uv_loop_t* loop_ = nullptr;
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<PipePool> pipes_;
+  Stamper stamper_;
+  std::unique_ptr<Attributor> attributor_;
+  RelayContext ctx_;
+  std::unique_ptr<Listener> vm_;
+  std::unique_ptr<Listener> bridge_;
+  std::string bridge_error_;
+  uint64_t bridge_switches_ = 0;
+  uint64_t last_warn_ms_ = 0;
+
+  uv_fs_event_t dir_watch_{};
+  bool dir_watching_ = false;
+  std::string watched_dir_;
+  uv_poll_t mount_watch_{};
+  bool mount_watching_ = false;
+  int mountinfo_fd_ = -1;
+  uv_timer_t poll_timer_{};
+  uv_timer_t burst_timer_{};
+  uint64_t burst_until_ms_ = 0;
+  uv_timer_t watchdog_{};
+  uv_signal_t sig_term_{}, sig_int_{}, sig_hup_{};
+  uv_pipe_t control_{};
+  bool control_open_ = false;
+  bool started_ = false;
+  bool stopping_ = false;
+  bool unclean_restart_ = false;
+  std::string attribution_note_;
+};
+
+}  // namespace fy::fwd

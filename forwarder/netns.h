@@ -1,0 +1,69 @@
+// Network namespaces: identity, sockets made inside another namespace, and
+// the address -> interface map a bridge listener stamps as `net`.
+//
+// A namespace is identified by its nsfs inode (dev, ino). While the forwarder
+// holds a socket in a namespace, that namespace stays alive, so its inode
+// cannot be reused: a different inode at the watched path is always a new
+// namespace, and the same inode is always the one already served.
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/result.h"
+#include "forwarder/fd.h"
+
+namespace fy::fwd {
+
+struct NsId {
+  dev_t dev = 0;
+  ino_t ino = 0;
+  bool operator==(const NsId&) const = default;
+  bool valid() const { return ino != 0; }
+};
+
+struct NsHandle {
+  UniqueFd fd;  // O_RDONLY on the nsfs file; pass to setns()
+  NsId id;
+};
+
+// Opens `path` when it is a network namespace (an nsfs file of type
+// CLONE_NEWNET); not_found when the path is absent or not (yet) a namespace.
+Result<NsHandle> open_netns(const std::string& path);
+// The namespace the calling thread is in.
+Result<NsId> own_netns();
+
+// Runs `fn` on a short-lived thread that has joined the namespace `ns_fd`,
+// and waits for it. The calling thread's namespace never changes, so the
+// forwarder's upstream connections always leave from its own namespace.
+Result<void> run_in_netns(int ns_fd, const std::function<Result<void>()>& fn);
+
+// A non-blocking listening TCP socket on ip:port in the calling thread's
+// namespace, with SO_REUSEADDR and IP_FREEBIND (the bridge address may not
+// exist yet when a new namespace appears).
+Result<UniqueFd> listen_tcp(const std::string& ip, uint16_t port, int backlog);
+
+// Maps local addresses to interface names in one namespace, through an
+// rtnetlink socket made inside it. Refreshed on a miss.
+class IfaceMap {
+ public:
+  // Must be called in the namespace (e.g. inside run_in_netns).
+  Result<void> open();
+  // The interface holding `ip` ("podman1"), or "" when none does.
+  std::string name_for(const std::string& ip);
+
+ private:
+  Result<void> refresh();
+  UniqueFd nl_;
+  std::unordered_map<std::string, std::string> by_ip_;
+  uint64_t last_refresh_ms_ = 0;
+};
+
+// Reads a pid file (decimal, optional newline); 0 when absent or malformed.
+pid_t read_pid_file(const std::string& path);
+
+}  // namespace fy::fwd

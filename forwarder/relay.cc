@@ -1,0 +1,650 @@
+#include "forwarder/relay.h"
+
+#include <fcntl.h>
+#include <linux/sockios.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/clock.h"
+#include "core/log.h"
+#include "core/net.h"
+#include "forwarder/attrib.h"
+#include "forwarder/stamper.h"
+
+namespace fy::fwd {
+namespace {
+
+constexpr uint32_t kRelayEvents = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+constexpr size_t kSpliceMax = 1 << 20;
+constexpr uint64_t kRefuseLingerMs = 2000;
+constexpr uint64_t kOutqPollMs = 1;
+
+log::RateLimit g_peer_log(20, 1000);  // peer-caused events: at most 20 lines a second
+
+bool peer_log_allowed() {
+  uint64_t suppressed = 0;
+  bool ok = g_peer_log.allow(mono_ms(), &suppressed);
+  if (ok && suppressed)
+    log::info("{} peer-caused log lines suppressed (see the counters in the status line)",
+              suppressed);
+  return ok;
+}
+
+void set_nodelay(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+// Closes with an RST instead of a FIN.
+void close_reset(int fd) {
+  linger l{1, 0};
+  setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+  ::close(fd);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+
+PipePool::~PipePool() {
+  for (auto& p : free_) {
+    ::close(p[0]);
+    ::close(p[1]);
+  }
+}
+
+bool PipePool::get(int* r, int* w) {
+  if (!free_.empty()) {
+    *r = free_.back()[0];
+    *w = free_.back()[1];
+    free_.pop_back();
+    return true;
+  }
+  int p[2];
+  if (pipe2(p, O_NONBLOCK | O_CLOEXEC) != 0) return false;
+  if (size_) fcntl(p[1], F_SETPIPE_SZ, static_cast<int>(size_));
+  *r = p[0];
+  *w = p[1];
+  return true;
+}
+
+void PipePool::put(int r, int w, bool empty) {
+  if (empty && free_.size() < kMax) {
+    free_.push_back({r, w});
+    return;
+  }
+  ::close(r);
+  ::close(w);
+}
+
+// ---------------------------------------------------------------------------
+
+struct Connection::AttribOut {
+  AttribQuery query;
+  Attribution result;
+  const Attributor* attributor = nullptr;
+};
+
+Connection::Connection(RelayContext* ctx, Accepted a)
+    : ctx_(ctx), id_(ctx->next_id++), a_(std::move(a)), cfd_(a_.fd) {
+  cside_.c = this;
+  cside_.upstream = false;
+  uside_.c = this;
+  uside_.upstream = true;
+  ++ctx_->counters.accepted;
+  ++ctx_->counters.active;
+  next_ = ctx_->head;
+  if (next_) next_->prev_ = this;
+  ctx_->head = this;
+}
+
+Connection::~Connection() {
+  // finish() ran: both fds are closed and the connection is off the list.
+}
+
+std::string Connection::label() const {
+  return fmt::format("c{} {}", id_, sockaddr_string(reinterpret_cast<const sockaddr*>(&a_.peer)));
+}
+
+void Connection::start() {
+  set_nodelay(cfd_);
+  if (!ctx_->engine->watch(cfd_, kRelayEvents, &cside_)) {
+    finish(true, true);
+    return;
+  }
+  phase_start_ms_ = ctx_->engine->now_ms();
+  if (!a_.rule->stamp) {
+    // A token-service port: relayed byte for byte, never parsed, never stamped.
+    ++ctx_->counters.relayed_unstamped;
+    dial();
+    return;
+  }
+  phase_ = Phase::head;
+  ctx_->engine->arm(this, ctx_->cfg->head_timeout_ms);
+  // Data may already be there; the edge for it has not been seen yet either
+  // way, so read now rather than wait.
+  c_readable_ = true;
+  read_head();
+}
+
+void Connection::on_io(bool upstream, uint32_t ev) {
+  if (phase_ == Phase::closed) return;
+  bool in = ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR);
+  bool out = ev & (EPOLLOUT | EPOLLHUP | EPOLLERR);
+  if (upstream) {
+    if (in) u_readable_ = true;
+    if (out) u_writable_ = true;
+  } else {
+    if (in) c_readable_ = true;
+    if (out) c_writable_ = true;
+  }
+  switch (phase_) {
+    case Phase::head:
+      if (!upstream && in) read_head();
+      break;
+    case Phase::dialing:
+      if (upstream && out) check_connect();
+      break;
+    case Phase::sending:
+      if (upstream && out) send_head();
+      break;
+    case Phase::relaying:
+    case Phase::rst_wait:
+      pump();
+      break;
+    case Phase::refusing:
+      if (!upstream && in) {
+        char sink[4096];
+        while (true) {
+          ssize_t n = ::recv(cfd_, sink, sizeof sink, 0);
+          if (n > 0) continue;
+          if (n < 0 && errno == EAGAIN) break;
+          finish(false, false);  // EOF or error: the client has its answer
+          return;
+        }
+      }
+      break;
+    case Phase::attributing:
+    case Phase::closed:
+      break;
+  }
+}
+
+void Connection::on_timer() {
+  switch (phase_) {
+    case Phase::head:
+      ++ctx_->counters.head_timeouts;
+      refuse(408, "Request Timeout", "head_timeout",
+             fmt::format("fy-forwarder closed this connection: no complete request head arrived "
+                         "within {} ms. Send the whole request head at once.\n",
+                         ctx_->cfg->head_timeout_ms));
+      return;
+    case Phase::dialing: {
+      if (attempts_ <= ctx_->cfg->redials) {
+        ++ctx_->counters.redials;
+        log::info("{} no answer from the proxy in {} ms (attempt {}); re-dialling on a new "
+                  "socket", label(), ctx_->cfg->connect_timeout_ms, attempts_);
+        ::close(ufd_);  // a SYN_SENT socket goes without a packet
+        ufd_ = -1;
+        u_writable_ = u_readable_ = false;
+        dial();
+        return;
+      }
+      fail_upstream(fmt::format("no answer to {} connection attempts of {} ms each", attempts_,
+                                ctx_->cfg->connect_timeout_ms));
+      return;
+    }
+    case Phase::rst_wait:
+      begin_rst_wait();
+      return;
+    case Phase::relaying:
+      ++ctx_->counters.half_closed_timeouts;
+      if (peer_log_allowed())
+        log::info("{} one side finished {} ms ago and the other did not: reset", label(),
+                  ctx_->cfg->half_closed_timeout_ms);
+      finish(true, true);
+      return;
+    case Phase::refusing:
+      finish(false, false);
+      return;
+    default:
+      return;
+  }
+}
+
+void Connection::read_head() {
+  const size_t max = ctx_->cfg->max_head_bytes;
+  if (!head_buf_) head_buf_.reset(new char[max]);
+  while (c_readable_ && head_have_ < max) {
+    ssize_t n = ::recv(cfd_, head_buf_.get() + head_have_, max - head_have_, 0);
+    if (n > 0) {
+      head_have_ += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EAGAIN) {
+      c_readable_ = false;
+      break;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    // EOF or an error before a complete head: nothing to answer.
+    ++ctx_->counters.head_eof;
+    finish(n < 0, false);
+    return;
+  }
+  if (!head_) head_ = std::make_unique<Head>();
+  HeadLimits lim{max, ctx_->cfg->max_headers};
+  ParseResult r = parse_head(std::string_view(head_buf_.get(), head_have_), lim, head_.get());
+  if (r.status == ParseStatus::incomplete) return;
+  if (r.status == ParseStatus::refused) {
+    ++ctx_->counters.refused_head;
+    ++ctx_->counters.refused_by[static_cast<size_t>(r.refusal)];
+    if (peer_log_allowed())
+      log::info("{} refused: {} ({})", label(), refusal_reason(r.refusal),
+                refusal_name(r.refusal));
+    refuse(400, "Bad Request", refusal_name(r.refusal),
+           fmt::format("fy-forwarder refused this request: {}.\nIt passes only canonical HTTP/1 "
+                       "proxy requests: CRLF line ends, single spaces, an upper-case method, "
+                       "no folded headers, an absolute-form target (http://host/path) or, for "
+                       "CONNECT, host:port. Send it through an HTTP proxy client "
+                       "(HTTPS_PROXY / curl -x).\n",
+                       refusal_reason(r.refusal)));
+    return;
+  }
+  on_head(*head_);
+}
+
+void Connection::on_head(const Head& h) {
+  ctx_->engine->disarm(this);
+  ctx_->counters.stamps_stripped += h.stamps_removed;
+  if (h.stamps_removed && peer_log_allowed())
+    log::info("{} removed {} client-written stamp header(s)", label(), h.stamps_removed);
+  if (a_.kind == ListenerKind::vm && ctx_->attributor) {
+    phase_ = Phase::attributing;
+    attrib_ = std::make_unique<AttribOut>();
+    attrib_->attributor = ctx_->attributor;
+    std::memcpy(&attrib_->query.client, &a_.peer, sizeof a_.peer);
+    std::memcpy(&attrib_->query.dst, &a_.orig_dst, sizeof a_.orig_dst);
+    work_.data = this;
+    work_pending_ = true;
+    uv_queue_work(ctx_->engine->loop(), &work_, &Connection::attrib_work,
+                  &Connection::attrib_done);
+    return;
+  }
+  stamp_line_ = ctx_->stamper->line(sockaddr_ip(reinterpret_cast<const sockaddr*>(&a_.peer)),
+                                    a_.net, "");
+  ++ctx_->counters.stamped;
+  dial();
+}
+
+void Connection::attrib_work(uv_work_t* w) {
+  auto* self = static_cast<Connection*>(w->data);
+  // Runs on a thread-pool thread: touch only attrib_.
+  self->attrib_->result = self->attrib_->attributor->lookup(self->attrib_->query);
+}
+
+void Connection::attrib_done(uv_work_t* w, int status) {
+  auto* self = static_cast<Connection*>(w->data);
+  self->work_pending_ = false;
+  if (self->phase_ == Phase::closed) {
+    self->ctx_->engine->retire(self);
+    return;
+  }
+  const Attribution& a = self->attrib_->result;
+  Counters& k = self->ctx_->counters;
+  if (a.verdict == Attribution::Verdict::refused_pasta) {
+    ++k.attrib_refused_pasta;
+    if (peer_log_allowed()) log::info("{} refused: {}", self->label(), a.why);
+    self->refuse(403, "Forbidden", "pasta", "fy-forwarder refused this connection: " + a.why +
+                                                ".\n");
+    return;
+  }
+  if (a.verdict != Attribution::Verdict::ok) {
+    ++k.attrib_failed;
+    if (peer_log_allowed()) log::info("{} not attributed: {}", self->label(), a.why);
+    self->refuse(503, "Service Unavailable", "attribution",
+                 "fy-forwarder could not tell who made this connection, so it does not pass it "
+                 "on: " + a.why + ". Retry; if it persists, see fy-forwarder's log.\n");
+    return;
+  }
+  ++k.attributed;
+  if (a.via_bpf) ++k.attrib_bpf;
+  else ++k.attrib_proc;
+  log::debug("{} attributed to {} (pid {}, {} us, {})", self->label(), a.who, a.pid, a.cost_us,
+             a.via_bpf ? "bpf" : "proc");
+  self->stamp_line_ = self->ctx_->stamper->line(
+      sockaddr_ip(reinterpret_cast<const sockaddr*>(&self->a_.peer)), self->a_.net, a.who);
+  ++k.stamped;
+  self->attrib_.reset();
+  self->dial();
+}
+
+void Connection::dial() {
+  phase_ = Phase::dialing;
+  ++attempts_;
+  sockaddr_storage up = ctx_->upstream;
+  if (up.ss_family == AF_INET)
+    reinterpret_cast<sockaddr_in*>(&up)->sin_port = htons(a_.rule->port);
+  else
+    reinterpret_cast<sockaddr_in6*>(&up)->sin6_port = htons(a_.rule->port);
+  ufd_ = ::socket(up.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (ufd_ < 0) {
+    fail_upstream(fmt::format("cannot make a socket: {}", strerror(errno)));
+    return;
+  }
+  set_nodelay(ufd_);
+  int rc = ::connect(ufd_, reinterpret_cast<sockaddr*>(&up), ctx_->upstream_len);
+  if (rc != 0 && errno != EINPROGRESS) {
+    fail_upstream(strerror(errno));
+    return;
+  }
+  // Watched only once the SYN is out, so the first EPOLLOUT is the answer.
+  if (!ctx_->engine->watch(ufd_, kRelayEvents, &uside_)) {
+    fail_upstream(fmt::format("epoll: {}", strerror(errno)));
+    return;
+  }
+  ctx_->engine->arm(this, ctx_->cfg->connect_timeout_ms);
+  // Completion arrives as EPOLLOUT (or EPOLLERR) on the upstream side.
+}
+
+void Connection::check_connect() {
+  int err = 0;
+  socklen_t len = sizeof err;
+  getsockopt(ufd_, SOL_SOCKET, SO_ERROR, &err, &len);
+  if (err == EINPROGRESS || err == EALREADY) return;
+  if (err != 0) {
+    fail_upstream(strerror(err));
+    return;
+  }
+  sockaddr_storage peer;
+  socklen_t plen = sizeof peer;
+  if (getpeername(ufd_, reinterpret_cast<sockaddr*>(&peer), &plen) != 0) return;  // not yet
+  ctx_->engine->disarm(this);
+  phase_ = Phase::sending;
+  send_head();
+}
+
+void Connection::send_head() {
+  if (head_buf_) {
+    // First attempt: the kept ranges of the client's own buffer, our stamp
+    // line, the blank line and whatever followed the head, in one writev.
+    std::string_view buf(head_buf_.get(), head_have_);
+    iovec iov[Head::kMaxKeep + 3];
+    size_t n_iov = build_iov(*head_, buf, stamp_line_, iov);
+    if (head_have_ > head_->length) {
+      iov[n_iov].iov_base = head_buf_.get() + head_->length;
+      iov[n_iov].iov_len = head_have_ - head_->length;
+      ++n_iov;
+    }
+    size_t total = 0;
+    for (size_t i = 0; i < n_iov; ++i) total += iov[i].iov_len;
+    msghdr mh{};
+    mh.msg_iov = iov;
+    mh.msg_iovlen = n_iov;
+    ssize_t n;
+    do {
+      n = ::sendmsg(ufd_, &mh, MSG_NOSIGNAL);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0 && errno != EAGAIN) {
+      fail_upstream(fmt::format("sending the request head: {}", strerror(errno)));
+      return;
+    }
+    size_t sent = n > 0 ? static_cast<size_t>(n) : 0;
+    ctx_->counters.bytes_up += sent;
+    if (sent < total) {
+      // Rare: keep the unsent rest as a copy and wait for EPOLLOUT.
+      u_writable_ = false;
+      for (size_t i = 0; i < n_iov; ++i) {
+        size_t len = iov[i].iov_len;
+        if (sent >= len) {
+          sent -= len;
+          continue;
+        }
+        pending_head_.append(static_cast<const char*>(iov[i].iov_base) + sent, len - sent);
+        sent = 0;
+      }
+    }
+    head_buf_.reset();
+    head_.reset();
+    head_have_ = 0;
+    stamp_line_.clear();
+    stamp_line_.shrink_to_fit();
+  }
+  while (!pending_head_.empty()) {
+    if (!u_writable_) return;
+    ssize_t n = ::send(ufd_, pending_head_.data(), pending_head_.size(), MSG_NOSIGNAL);
+    if (n > 0) {
+      ctx_->counters.bytes_up += static_cast<uint64_t>(n);
+      pending_head_.erase(0, static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EAGAIN) {
+      u_writable_ = false;
+      return;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    fail_upstream(fmt::format("sending the request head: {}", strerror(errno)));
+    return;
+  }
+  pending_head_.shrink_to_fit();
+  phase_ = Phase::relaying;
+  // Whatever edges came while dialing are in the flags; start moving bytes.
+  c_readable_ = true;
+  u_readable_ = true;
+  pump();
+}
+
+bool Connection::move(Dir& d, int src, int dst, bool& src_readable, bool& dst_writable,
+                      uint64_t& bytes) {
+  bool any = false;
+  while (!d.done) {
+    if (d.pending > 0 && dst_writable) {
+      ssize_t n = splice(d.pipe_r, nullptr, dst, nullptr, d.pending,
+                         SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+      if (n > 0) {
+        d.pending -= static_cast<size_t>(n);
+        bytes += static_cast<uint64_t>(n);
+        any = true;
+        continue;
+      }
+      if (n < 0 && errno == EAGAIN) {
+        dst_writable = false;
+      } else if (n < 0 && errno == EINTR) {
+        continue;
+      } else {
+        finish(true, true);  // EPIPE, ECONNRESET: the destination is gone
+        return any;
+      }
+    }
+    if (!d.eof && src_readable) {
+      if (d.pipe_r < 0 && !ctx_->pipes->get(&d.pipe_r, &d.pipe_w)) {
+        if (peer_log_allowed())
+          log::warn("{} cannot make a pipe: {}; reset", label(), strerror(errno));
+        finish(true, true);
+        return any;
+      }
+      ssize_t n = splice(src, nullptr, d.pipe_w, nullptr, kSpliceMax,
+                         SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+      if (n > 0) {
+        d.pending += static_cast<size_t>(n);
+        any = true;
+        continue;
+      }
+      if (n == 0) {
+        d.eof = true;
+        any = true;
+      } else if (errno == EAGAIN) {
+        // An empty pipe means the socket is drained; a non-empty one may just
+        // be full, so keep the flag and try again after the next write.
+        if (d.pending == 0) src_readable = false;
+      } else if (errno == EINTR) {
+        continue;
+      } else {
+        finish(true, true);  // ECONNRESET and friends: reset the other side too
+        return any;
+      }
+    }
+    if (d.eof && d.pending == 0) {
+      d.done = true;
+      any = true;
+    }
+    break;
+  }
+  return any;
+}
+
+void Connection::pump() {
+  bool c2u_was = c2u_.done, u2c_was = u2c_.done;
+  bool progress = true;
+  while (progress && phase_ != Phase::closed) {
+    progress = false;
+    progress |= move(c2u_, cfd_, ufd_, c_readable_, u_writable_, ctx_->counters.bytes_up);
+    if (phase_ == Phase::closed) return;
+    progress |= move(u2c_, ufd_, cfd_, u_readable_, c_writable_, ctx_->counters.bytes_down);
+    if (phase_ == Phase::closed) return;
+  }
+  // Order matters when both finish in one pump: the upstream's EOF first
+  // would mark it as closing first.
+  if (!u2c_was && u2c_.done && !c2u_was && c2u_.done) {
+    // Both ended in the same pump: the client's FIN reached us no later than
+    // the upstream's, so treat it as the client closing first.
+    on_dir_done(false);
+    if (phase_ == Phase::closed) return;
+    on_dir_done(true);
+    return;
+  }
+  if (!c2u_was && c2u_.done) on_dir_done(false);
+  if (phase_ == Phase::closed) return;
+  if (!u2c_was && u2c_.done) on_dir_done(true);
+}
+
+void Connection::on_dir_done(bool upstream_to_client) {
+  if (!upstream_to_client) {
+    // The client is done sending, and every byte reached the upstream socket.
+    release_dir(c2u_);
+    if (!u2c_.done) {
+      ::shutdown(ufd_, SHUT_WR);  // the client closed first: FIN as before
+      return;
+    }
+    if (upstream_closed_first_) {
+      begin_rst_wait();
+      return;
+    }
+    finish(false, false);
+    return;
+  }
+  // The upstream is done sending and every byte reached the client.
+  release_dir(u2c_);
+  ::shutdown(cfd_, SHUT_WR);
+  if (!c2u_.done) {
+    upstream_closed_first_ = true;
+    ctx_->engine->arm(this, ctx_->cfg->half_closed_timeout_ms);
+    return;
+  }
+  // The client closed first and its FIN went upstream; the upstream's EOF
+  // completes an ordinary close.
+  ++ctx_->counters.fin_closes;
+  finish(false, false);
+}
+
+void Connection::begin_rst_wait() {
+  if (phase_ != Phase::rst_wait) {
+    phase_ = Phase::rst_wait;
+    phase_start_ms_ = ctx_->engine->now_ms();
+  }
+  int outq = 0;
+  if (ioctl(ufd_, SIOCOUTQ, &outq) != 0) outq = 0;
+  if (outq == 0) {
+    ++ctx_->counters.rst_closes;
+    finish(false, true);
+    return;
+  }
+  if (ctx_->engine->now_ms() - phase_start_ms_ >= ctx_->cfg->rst_wait_ms) {
+    ++ctx_->counters.rst_forced;
+    ++ctx_->counters.rst_closes;
+    if (peer_log_allowed())
+      log::info("{} the proxy left {} bytes unacknowledged for {} ms: reset anyway", label(),
+                outq, ctx_->cfg->rst_wait_ms);
+    finish(false, true);
+    return;
+  }
+  ctx_->engine->arm(this, kOutqPollMs);
+}
+
+void Connection::fail_upstream(const std::string& why) {
+  ++ctx_->counters.upstream_failed;
+  std::string up = sockaddr_ip(reinterpret_cast<const sockaddr*>(&ctx_->upstream));
+  log::warn("{} cannot reach the proxy at {}:{}: {}", label(), up, a_.rule->port, why);
+  if (ufd_ >= 0) {
+    ::close(ufd_);
+    ufd_ = -1;
+  }
+  if (!a_.rule->stamp) {
+    finish(true, false);  // an unparsed port gets no HTTP answer: reset
+    return;
+  }
+  refuse(502, "Bad Gateway", "upstream",
+         fmt::format("fy-forwarder could not reach the egress proxy at {}:{}: {}. Check that "
+                     "foldyard's proxy is running on the host (fy up).\n",
+                     up, a_.rule->port, why));
+}
+
+void Connection::refuse(int status, const char* reason_phrase, const std::string& tag,
+                        const std::string& body) {
+  std::string resp = fmt::format(
+      "HTTP/1.1 {} {}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\n"
+      "Connection: close\r\nFy-Forwarder-Refusal: {}\r\n\r\n{}",
+      status, reason_phrase, body.size(), tag, body);
+  ssize_t n = ::send(cfd_, resp.data(), resp.size(), MSG_NOSIGNAL);
+  (void)n;  // a small answer into an empty send buffer; if it does not fit, the client is gone
+  ::shutdown(cfd_, SHUT_WR);
+  head_buf_.reset();
+  phase_ = Phase::refusing;
+  // Read what the client still sends until it closes, so our close does not
+  // turn into an RST that destroys the answer in flight.
+  ctx_->engine->arm(this, kRefuseLingerMs);
+  c_readable_ = true;
+  on_io(false, EPOLLIN);
+}
+
+void Connection::release_dir(Dir& d) {
+  if (d.pipe_r >= 0) ctx_->pipes->put(d.pipe_r, d.pipe_w, d.pending == 0);
+  d.pipe_r = d.pipe_w = -1;
+  d.pending = 0;
+}
+
+void Connection::finish(bool reset_client, bool reset_upstream) {
+  if (phase_ == Phase::closed) return;
+  bool aborted = reset_client && reset_upstream;
+  if (aborted && (phase_ == Phase::relaying || phase_ == Phase::rst_wait))
+    ++ctx_->counters.aborted;
+  phase_ = Phase::closed;
+  ctx_->engine->disarm(this);
+  if (ufd_ >= 0) {
+    if (reset_upstream) close_reset(ufd_);
+    else ::close(ufd_);
+    ufd_ = -1;
+  }
+  if (cfd_ >= 0) {
+    if (reset_client) close_reset(cfd_);
+    else ::close(cfd_);
+    cfd_ = -1;
+  }
+  release_dir(c2u_);
+  release_dir(u2c_);
+  --ctx_->counters.active;
+  if (prev_) prev_->next_ = next_;
+  else ctx_->head = next_;
+  if (next_) next_->prev_ = prev_;
+  prev_ = next_ = nullptr;
+  if (!work_pending_) ctx_->engine->retire(this);
+  // else attrib_done retires it.
+}
+
+void Connection::abort_now() { finish(true, true); }
+
+}  // namespace fy::fwd

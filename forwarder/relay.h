@@ -1,0 +1,193 @@
+// One relayed connection: client socket in (the bridge or VM listener), one
+// upstream socket out (from the forwarder's own namespace to the proxy).
+//
+//   head       read and check the first request head (forwarder/head.h)
+//   attribute  VM listener only: who owns the client socket (thread pool)
+//   dial       non-blocking connect; unanswered after connect_timeout_ms, the
+//              socket is dropped and a new one dialled, at most `redials` times
+//   send       the head with client-written stamps removed and ours added
+//   relay      splice(2) through a pipe each way; nothing is parsed
+//
+// Closing (ADR-0034 amendment): a client that finishes first has its FIN
+// passed upstream. When the upstream finishes first its EOF is passed to the
+// client, but the forwarder never sends the upstream a FIN: once the client is
+// done too and SIOCOUTQ on the upstream socket reads 0 (every byte acked), the
+// upstream socket is closed with SO_LINGER {1,0}, an RST, so the host side
+// never holds the 4-tuple in TIME_WAIT. An error on either side resets both.
+//
+// Ownership: a Connection owns both fds and its pipes; it deletes itself
+// (through Engine::retire) once both fds are closed and no thread-pool work is
+// in flight. Every method that may close is marked "may close"; callers check
+// closed() before touching it again.
+#pragma once
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <uv.h>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "forwarder/config.h"
+#include "forwarder/engine.h"
+#include "forwarder/head.h"
+
+namespace fy::fwd {
+
+class Stamper;
+class Attributor;
+
+// Pipes kept for reuse: only ever an empty pipe goes back.
+class PipePool {
+ public:
+  static constexpr size_t kMax = 1024;
+  explicit PipePool(uint32_t size) : size_(size) {}
+  ~PipePool();
+  // false when no pipe can be made (fd exhaustion).
+  bool get(int* r, int* w);
+  void put(int r, int w, bool empty);
+  size_t idle() const { return free_.size(); }
+
+ private:
+  uint32_t size_;
+  std::vector<std::array<int, 2>> free_;
+};
+
+struct Counters {
+  uint64_t accepted = 0;
+  uint64_t active = 0;
+  uint64_t over_limit = 0;
+  uint64_t accept_errors = 0;
+  uint64_t stamped = 0;
+  uint64_t relayed_unstamped = 0;  // token-service ports
+  uint64_t stamps_stripped = 0;    // client-written stamp header lines removed
+  uint64_t refused_head = 0;
+  std::array<uint64_t, static_cast<size_t>(Refusal::kCount)> refused_by{};
+  uint64_t head_timeouts = 0;
+  uint64_t head_eof = 0;
+  uint64_t redials = 0;
+  uint64_t upstream_failed = 0;
+  uint64_t attributed = 0;
+  uint64_t attrib_bpf = 0;
+  uint64_t attrib_proc = 0;
+  uint64_t attrib_refused_pasta = 0;
+  uint64_t attrib_failed = 0;
+  uint64_t fin_closes = 0;    // client finished first; FIN passed upstream
+  uint64_t rst_closes = 0;    // upstream finished first; closed with RST after SIOCOUTQ 0
+  uint64_t rst_forced = 0;    // ... SIOCOUTQ never reached 0 within rst_wait_ms
+  uint64_t aborted = 0;       // an error on either side: both reset
+  uint64_t half_closed_timeouts = 0;
+  uint64_t bytes_up = 0;
+  uint64_t bytes_down = 0;
+};
+
+struct RelayContext {
+  Engine* engine = nullptr;
+  const Config* cfg = nullptr;
+  Stamper* stamper = nullptr;
+  Attributor* attributor = nullptr;  // null without a VM listener
+  PipePool* pipes = nullptr;
+  Counters counters;
+  sockaddr_storage upstream{};  // the proxy's address; the port is set per connection
+  socklen_t upstream_len = 0;
+  uint64_t next_id = 1;
+  class Connection* head = nullptr;  // intrusive list of live connections
+};
+
+enum class ListenerKind : uint8_t { bridge, vm };
+
+struct Accepted {
+  int fd = -1;
+  sockaddr_storage peer{};
+  sockaddr_storage local{};
+  sockaddr_storage orig_dst{};  // the client's destination before a redirect (VM)
+  const PortRule* rule = nullptr;
+  ListenerKind kind = ListenerKind::bridge;
+  std::string net;  // the stamp's net field
+};
+
+class Connection final : public Retirable, private TimerSlot {
+ public:
+  // Takes ownership of a.fd. Call start() next.
+  Connection(RelayContext* ctx, Accepted a);
+  ~Connection() override;
+  void start();  // may close
+  // Resets both sides now (forwarder shutdown).
+  void abort_now();
+  bool closed() const { return phase_ == Phase::closed; }
+  uint64_t id() const { return id_; }
+
+  Connection* next_ = nullptr;
+  Connection* prev_ = nullptr;
+
+ private:
+  enum class Phase : uint8_t { head, attributing, dialing, sending, relaying, rst_wait, refusing,
+                               closed };
+  struct Side final : Watcher {
+    Connection* c = nullptr;
+    bool upstream = false;
+    void on_io(uint32_t events) override { c->on_io(upstream, events); }
+  };
+  struct Dir {
+    int pipe_r = -1;
+    int pipe_w = -1;
+    size_t pending = 0;  // bytes in the pipe
+    bool eof = false;    // the source said EOF
+    bool done = false;   // EOF seen and every byte passed on
+  };
+
+  void on_io(bool upstream, uint32_t events);
+  void on_timer() override;
+
+  void read_head();            // may close
+  void on_head(const Head& h);  // may close
+  static void attrib_work(uv_work_t* w);
+  static void attrib_done(uv_work_t* w, int status);
+  void dial();                 // may close
+  void check_connect();        // may close
+  void send_head();            // may close
+  void pump();                 // may close
+  bool move(Dir& d, int src, int dst, bool& src_readable, bool& dst_writable, uint64_t& bytes);
+  void on_dir_done(bool upstream_to_client);  // may close
+  void begin_rst_wait();       // may close
+  void fail_upstream(const std::string& why);  // may close
+  void refuse(int status, const char* reason_phrase, const std::string& tag,
+              const std::string& body);  // may close
+  void finish(bool reset_client, bool reset_upstream);  // closes
+  void release_dir(Dir& d);
+  std::string label() const;
+
+  RelayContext* ctx_;
+  uint64_t id_;
+  Phase phase_ = Phase::head;
+  Accepted a_;
+  int cfd_;
+  int ufd_ = -1;
+  Side cside_;
+  Side uside_;
+  bool c_readable_ = false;
+  bool c_writable_ = true;
+  bool u_readable_ = false;
+  bool u_writable_ = false;
+  uint32_t attempts_ = 0;
+  uint64_t phase_start_ms_ = 0;
+  // The client's first bytes and the parse of its head; both live until the
+  // stamped head is sent, which goes out as an iovec over head_buf_.
+  std::unique_ptr<char[]> head_buf_;
+  std::unique_ptr<Head> head_;
+  size_t head_have_ = 0;
+  std::string stamp_line_;
+  std::string pending_head_;  // the unsent rest of a partially written head
+  Dir c2u_;
+  Dir u2c_;
+  bool upstream_closed_first_ = false;
+  uv_work_t work_{};
+  bool work_pending_ = false;
+  struct AttribOut;
+  std::unique_ptr<AttribOut> attrib_;
+};
+
+}  // namespace fy::fwd

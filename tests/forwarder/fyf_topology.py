@@ -1,0 +1,394 @@
+"""A network-namespace topology for fy-forwarder tests and benchmarks.
+
+The shape of a walled Lima VM with rootless podman (ADR-0034), on one machine:
+
+    fyf-<tag>-c<i>   "containers": eth0 10.89.<n>.<10+i>/24, default via the bridge
+          |  veth
+    fyf-<tag>-rl     "rootless" bridge namespace: bridges podman1 (10.89.0.1/24),
+                     podman2 (10.89.1.1/24), ...; an nft redirect sends
+                     <gateway>:<daemon ports> to the local listener, keeping the
+                     port (fy-wall's job in the real VM); fy-forwarder's bridge
+                     listener lives here. No route out: the forwarder is the only
+                     way to the proxy.
+    fyf-<tag>-vm     the VM's own namespace: eth0 192.168.5.15/24; fy-forwarder runs
+          |  veth    here and dials the proxy from here
+    fyf-<tag>-host   "host": eth0 192.168.5.2/24 (the gateway the VM sees), where the
+                     proxy listens; the origin is 198.51.100.80 on lo
+
+Use it as a context manager; it tears everything down whatever happens:
+
+    with Topology("t1", containers=[("podman1", 2), ("podman2", 1)]) as topo:
+        proxy = topo.start_in_host(["python3", "recording_proxy.py", ...])
+        fwd = topo.start_forwarder(config_text)
+        topo.run_in_container(0, ["curl", ...])
+
+Every name starts with "fyf-" (namespaces, cgroups, files); nothing outside
+namespaces this module made is touched, except cgroups under
+/sys/fs/cgroup/unified/fyf-<tag> (the VM-namespace tests) and files in the
+topology's own temporary directory.
+"""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+GATEWAY = "192.168.5.2"      # the host as the VM sees it (Lima's default)
+VM_ADDR = "192.168.5.15"
+ORIGIN = "198.51.100.80"     # an "internet" host in the host namespace
+PROXY_PORT = 42600
+TOKEN_PORT = 42700           # a token-service port: forwarded, not stamped
+VM_LISTEN = "127.42.0.1"
+
+
+def sh(*args, check=True, timeout=30, **kw):
+    """Runs a command (argv), returns CompletedProcess; raises with its output on failure."""
+    r = subprocess.run(list(args), capture_output=True, text=True, timeout=timeout, **kw)
+    if check and r.returncode != 0:
+        raise RuntimeError("command failed (%d): %s\n%s%s" % (r.returncode, " ".join(args),
+                                                              r.stdout, r.stderr))
+    return r
+
+
+def build_dir():
+    return os.environ.get("FY_BUILD_DIR", os.path.join(os.path.dirname(__file__), "..", "..",
+                                                       "build-fwd"))
+
+
+def source_dir():
+    return os.environ.get("FY_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+def new_key_hex():
+    return os.urandom(32).hex()
+
+
+class Proc:
+    """A process started in a namespace; stopped (and waited for) on close()."""
+
+    def __init__(self, popen, name, log_path):
+        self.p = popen
+        self.name = name
+        self.log_path = log_path
+
+    @property
+    def pid(self):
+        return self.p.pid
+
+    def alive(self):
+        return self.p.poll() is None
+
+    def log(self):
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def kill9(self):
+        if self.alive():
+            self.p.send_signal(signal.SIGKILL)
+            self.p.wait(timeout=10)
+
+    def stop(self, timeout=10):
+        if self.alive():
+            self.p.send_signal(signal.SIGTERM)
+            try:
+                self.p.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait(timeout=10)
+        return self.p.returncode
+
+
+class Topology:
+    def __init__(self, tag, containers=(("podman1", 2),), route_direct=False, redirect=True,
+                 ports=(PROXY_PORT, TOKEN_PORT), keep_dir=False):
+        if len(tag) > 6:
+            raise ValueError("tag must be at most 6 characters (interface name limits)")
+        self.tag = tag
+        self.nets = []       # [(bridge name, subnet index)]
+        self.containers = []  # [(ns name, ip, bridge)]
+        for n, (bridge, count) in enumerate(containers):
+            self.nets.append((bridge, n))
+            for i in range(count):
+                self.containers.append(("fyf-%s-c%d" % (tag, len(self.containers)),
+                                        "10.89.%d.%d" % (n, 10 + i), bridge))
+        self.route_direct = route_direct
+        self.redirect = redirect
+        self.ports = list(ports)
+        self.host = "fyf-%s-host" % tag
+        self.vm = "fyf-%s-vm" % tag
+        self.rl = "fyf-%s-rl" % tag
+        self.dir = tempfile.mkdtemp(prefix="fyf-%s-" % tag)
+        self.keep_dir = keep_dir
+        self.procs = []
+        self.cgroups = []
+
+    # -- building ---------------------------------------------------------------------------
+
+    def __enter__(self):
+        try:
+            self.teardown(quiet=True)  # leftovers of an earlier, killed run
+            self._build()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        for p in reversed(self.procs):
+            try:
+                p.stop(timeout=5)
+            except Exception:
+                pass
+        self.teardown(quiet=True)
+        for cg in reversed(self.cgroups):
+            self._rmdir_cgroup(cg)
+        if not self.keep_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+        return False
+
+    def nsexec(self, ns, *cmd, check=True, timeout=30):
+        return sh("ip", "netns", "exec", ns, *cmd, check=check, timeout=timeout)
+
+    def _build(self):
+        t = self.tag
+        sh("ip", "netns", "add", self.host)
+        sh("ip", "netns", "add", self.vm)
+        for ns in (self.host, self.vm):
+            self.nsexec(ns, "ip", "link", "set", "lo", "up")
+        # vm <-> host
+        sh("ip", "link", "add", "fyf%sv" % t, "netns", self.vm, "type", "veth", "peer", "name",
+           "fyf%sh" % t, "netns", self.host)
+        self.nsexec(self.vm, "ip", "link", "set", "fyf%sv" % t, "name", "eth0")
+        self.nsexec(self.host, "ip", "link", "set", "fyf%sh" % t, "name", "eth0")
+        self.nsexec(self.vm, "ip", "addr", "add", VM_ADDR + "/24", "dev", "eth0")
+        self.nsexec(self.host, "ip", "addr", "add", GATEWAY + "/24", "dev", "eth0")
+        self.nsexec(self.vm, "ip", "link", "set", "eth0", "up")
+        self.nsexec(self.host, "ip", "link", "set", "eth0", "up")
+        self.nsexec(self.vm, "ip", "route", "add", "default", "via", GATEWAY)
+        self.nsexec(self.host, "ip", "addr", "add", ORIGIN + "/32", "dev", "lo")
+        self.nsexec(self.host, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+        self.make_rootless()
+
+    def make_rootless(self):
+        """(Re-)creates the rootless namespace, its bridges, redirect and the containers."""
+        t = self.tag
+        sh("ip", "netns", "add", self.rl)
+        self.nsexec(self.rl, "ip", "link", "set", "lo", "up")
+        for bridge, n in self.nets:
+            self.nsexec(self.rl, "ip", "link", "add", bridge, "type", "bridge")
+            self.nsexec(self.rl, "ip", "addr", "add", "10.89.%d.1/24" % n, "dev", bridge)
+            self.nsexec(self.rl, "ip", "link", "set", bridge, "up")
+        if self.redirect:
+            ports = ", ".join(str(p) for p in self.ports)
+            rules = ("table ip fyf_redirect {\n"
+                     " chain pre { type nat hook prerouting priority dstnat; policy accept;\n"
+                     "  ip daddr %s tcp dport { %s } redirect\n }\n}\n" % (GATEWAY, ports))
+            subprocess.run(["ip", "netns", "exec", self.rl, "nft", "-f", "-"], input=rules,
+                           text=True, check=True, timeout=30)
+        if self.route_direct:
+            # A routed way from the rootless namespace to the host, through the VM
+            # namespace: only for the benchmark's "direct" arm.
+            sh("ip", "link", "add", "fyf%sr" % t, "netns", self.rl, "type", "veth", "peer",
+               "name", "fyf%sq" % t, "netns", self.vm)
+            self.nsexec(self.rl, "ip", "addr", "add", "10.254.0.2/30", "dev", "fyf%sr" % t)
+            self.nsexec(self.vm, "ip", "addr", "add", "10.254.0.1/30", "dev", "fyf%sq" % t)
+            self.nsexec(self.rl, "ip", "link", "set", "fyf%sr" % t, "up")
+            self.nsexec(self.vm, "ip", "link", "set", "fyf%sq" % t, "up")
+            self.nsexec(self.rl, "ip", "route", "add", "default", "via", "10.254.0.1")
+            self.nsexec(self.rl, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+            self.nsexec(self.vm, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+            self.nsexec(self.vm, "ip", "route", "replace", "10.89.0.0/16", "via", "10.254.0.2")
+            self.nsexec(self.host, "ip", "route", "replace", "10.89.0.0/16", "via", VM_ADDR)
+            self.nsexec(self.host, "ip", "route", "replace", "10.254.0.0/30", "via", VM_ADDR)
+        for i, (ns, ip, bridge) in enumerate(self.containers):
+            sh("ip", "netns", "del", ns, check=False)
+            sh("ip", "netns", "add", ns)
+            self.nsexec(ns, "ip", "link", "set", "lo", "up")
+            sh("ip", "link", "add", "fyf%sc%d" % (t, i), "netns", ns, "type", "veth", "peer",
+               "name", "fyf%sb%d" % (t, i), "netns", self.rl)
+            self.nsexec(ns, "ip", "link", "set", "fyf%sc%d" % (t, i), "name", "eth0")
+            self.nsexec(ns, "ip", "addr", "add", ip + "/24", "dev", "eth0")
+            self.nsexec(ns, "ip", "link", "set", "eth0", "up")
+            n = int(ip.split(".")[2])
+            self.nsexec(ns, "ip", "route", "add", "default", "via", "10.89.%d.1" % n)
+            self.nsexec(self.rl, "ip", "link", "set", "fyf%sb%d" % (t, i), "master", bridge)
+            self.nsexec(self.rl, "ip", "link", "set", "fyf%sb%d" % (t, i), "up")
+
+    def destroy_rootless(self):
+        """Tears the rootless namespace down with its containers (as podman does)."""
+        for ns, _, _ in self.containers:
+            sh("ip", "netns", "del", ns, check=False)
+        sh("ip", "netns", "del", self.rl, check=False)
+
+    def teardown(self, quiet=False):
+        for ns, _, _ in self.containers:
+            sh("ip", "netns", "del", ns, check=False)
+        for ns in (self.rl, self.vm, self.host):
+            sh("ip", "netns", "del", ns, check=False)
+
+    # -- processes --------------------------------------------------------------------------
+
+    def path(self, name):
+        return os.path.join(self.dir, name)
+
+    def start(self, ns, argv, name, env=None):
+        """Starts argv with only its network namespace switched (the mount namespace,
+        /sys/fs/cgroup included, stays the caller's)."""
+        log_path = self.path(name + ".log")
+        logf = open(log_path, "w")
+        full = ["nsenter", "--net=/run/netns/" + ns, "--"] + list(argv)
+        e = dict(os.environ)
+        if env:
+            e.update(env)
+        p = subprocess.Popen(full, stdout=logf, stderr=subprocess.STDOUT, env=e,
+                             start_new_session=True)
+        logf.close()
+        proc = Proc(p, name, log_path)
+        self.procs.append(proc)
+        return proc
+
+    def start_in_host(self, argv, name="proxy", env=None):
+        """Starts an arbitrary command in the host namespace (e.g. the proxy)."""
+        return self.start(self.host, argv, name, env)
+
+    def wait_listening(self, ns, ip, port, timeout=10.0, proc=None):
+        """Waits until ip:port accepts a TCP connection from inside `ns`."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            r = self.nsexec(ns, "python3", "-c",
+                            "import socket,sys\n"
+                            "s=socket.socket(); s.settimeout(0.5)\n"
+                            "sys.exit(s.connect_ex((%r,%d)))" % (ip, port), check=False)
+            if r.returncode == 0:
+                return True
+            if proc is not None and not proc.alive():
+                raise RuntimeError("%s exited before listening:\n%s" % (proc.name, proc.log()))
+            time.sleep(0.05)
+        raise RuntimeError("nothing listens on %s:%d in %s after %.1fs%s" % (
+            ip, port, ns, timeout, ("\n" + proc.log()) if proc else ""))
+
+    def write_key(self, name="forwarder.key", key_hex=None):
+        key_hex = key_hex or new_key_hex()
+        p = self.path(name)
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.write(fd, (key_hex + "\n").encode())
+        os.close(fd)
+        return p, key_hex
+
+    def forwarder_config(self, key_file, bridge=True, vm=False, extra="", upstream=GATEWAY,
+                         walled=("1000", "100000-165535"), attribution="bpf", stamp_ports=None,
+                         connect_timeout_ms=2000, redials=8):
+        """A fy-forwarder config for this topology (docs/fy-forwarder.md)."""
+        stamp_ports = self.ports[:1] if stamp_ports is None else stamp_ports
+        lines = [
+            'key_file = "%s"' % key_file,
+            'state_dir = "%s"' % self.path("state"),
+            'log_level = "info"',
+            "",
+            "[upstream]",
+            'host = "%s"' % upstream,
+            "connect_timeout_ms = %d" % connect_timeout_ms,
+            "redials = %d" % redials,
+            "",
+        ]
+        for p in self.ports:
+            lines += ["[[port]]", "port = %d" % p, "stamp = %s" % (
+                "true" if p in stamp_ports else "false"), ""]
+        if bridge:
+            lines += ["[bridge]", 'netns = "/run/netns/%s"' % self.rl, 'listen = "0.0.0.0"',
+                      'net = "auto"', "poll_ms = 250", ""]
+        if vm:
+            lines += ["[vm]", 'listen = "%s"' % VM_LISTEN,
+                      "walled_uids = [%s]" % ", ".join('"%s"' % w for w in walled),
+                      'attribution = "%s"' % attribution, ""]
+        return "\n".join(lines) + "\n" + extra
+
+    def start_forwarder(self, config_text, name="forwarder", wait=True, args=()):
+        exe = os.path.join(build_dir(), "forwarder", "fy-forwarder")
+        cfg = self.path(name + ".toml")
+        with open(cfg, "w") as f:
+            f.write(config_text)
+        proc = self.start(self.vm, [exe, "--config", cfg] + list(args), name)
+        self.forwarder_cfg = cfg
+        if wait:
+            self.wait_status(proc, lambda s: s.startswith("ok "), timeout=10)
+        return proc
+
+    def control(self, command="status", timeout=5.0):
+        sock = os.path.join(self.path("state"), "control.sock")
+        s = socket.socket(socket.AF_UNIX)
+        s.settimeout(timeout)
+        try:
+            s.connect(sock)
+            s.sendall((command + "\n").encode())
+            data = b""
+            while b"\n" not in data:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+            return data.decode().strip()
+        finally:
+            s.close()
+
+    def stats(self):
+        return json.loads(self.control("stats"))
+
+    def wait_status(self, proc, pred, timeout=10.0):
+        deadline = time.monotonic() + timeout
+        last = ""
+        while time.monotonic() < deadline:
+            if not proc.alive():
+                raise RuntimeError("%s exited (%s):\n%s" % (proc.name, proc.p.returncode,
+                                                            proc.log()))
+            try:
+                last = self.control("status", timeout=1.0)
+                if pred(last):
+                    return last
+            except OSError as e:
+                last = str(e)
+            time.sleep(0.05)
+        raise RuntimeError("status never matched; last: %s\n%s" % (last, proc.log()))
+
+    def run_in_container(self, i, argv, timeout=30, check=False, input=None):
+        ns = self.containers[i][0]
+        return subprocess.run(["ip", "netns", "exec", ns] + list(argv), capture_output=True,
+                              text=True, timeout=timeout, check=check, input=input)
+
+    # -- cgroups (VM-namespace attribution) -------------------------------------------------
+
+    def cgroup(self, *parts):
+        """Makes /sys/fs/cgroup/unified/fyf-<tag>/<parts...>; removed at exit."""
+        base = os.path.join("/sys/fs/cgroup/unified", "fyf-" + self.tag)
+        path = base
+        for part in ("",) + parts:
+            path = os.path.join(path, part) if part else path
+            if not os.path.isdir(path):
+                os.mkdir(path)
+                self.cgroups.append(path)
+        return path
+
+    @staticmethod
+    def _rmdir_cgroup(path):
+        for _ in range(50):
+            try:
+                procs = open(os.path.join(path, "cgroup.procs")).read().split()
+            except OSError:
+                return
+            for pid in procs:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except OSError:
+                    pass
+            try:
+                os.rmdir(path)
+                return
+            except OSError:
+                time.sleep(0.05)
