@@ -158,8 +158,11 @@ int Parser::cb_headers_complete(llhttp_t* p) {
     return 0;
   }
   h->status = p->status_code;
-  // A response to HEAD has no body whatever its headers say.
-  if (s->request_method_ == HTTP_HEAD) return 1;
+  // No body whatever the headers say: a response to HEAD, 1xx, 204, 304
+  // (RFC 9112 section 6.3). llhttp leaves this to the caller.
+  if (s->request_method_ == HTTP_HEAD || (h->status >= 100 && h->status < 200 && h->status != 101) ||
+      h->status == 204 || h->status == 304)
+    return 1;
   return 0;
 }
 

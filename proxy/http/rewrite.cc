@@ -49,11 +49,12 @@ void build_request_head(std::string& out, const Head& in, const RequestOut& req)
   bool conn_header = has_connection_header(in);
   bool saw_host = false;
   for (const Header& h : in.headers) {
-    if (is_hop_by_hop(h.name)) {
-      if (!(req.upgrade && iequals(h.name, "upgrade"))) continue;
+    bool keep_upgrade = req.upgrade && iequals(h.name, "upgrade");
+    if (!keep_upgrade) {
+      if (is_hop_by_hop(h.name)) continue;
+      if (conn_header && named_by_connection(in, h.name)) continue;
     }
     if (stamp::is_stamp_header(h.name)) continue;
-    if (conn_header && named_by_connection(in, h.name)) continue;
     bool replaced = false;
     for (const auto& [name, value] : req.set)
       if (iequals(h.name, name)) replaced = true;
@@ -73,11 +74,12 @@ void build_response_head(std::string& out, const Head& in, bool close, bool upgr
   out.append("\r\n");
   bool conn_header = has_connection_header(in);
   for (const Header& h : in.headers) {
-    if (is_hop_by_hop(h.name)) {
-      if (!(upgrade && iequals(h.name, "upgrade"))) continue;
+    bool keep_upgrade = upgrade && iequals(h.name, "upgrade");
+    if (!keep_upgrade) {
+      if (is_hop_by_hop(h.name)) continue;
+      if (conn_header && named_by_connection(in, h.name)) continue;
     }
     if (stamp::is_stamp_header(h.name)) continue;
-    if (conn_header && named_by_connection(in, h.name)) continue;
     append_field(out, h.name, h.value);
   }
   if (upgrade) {

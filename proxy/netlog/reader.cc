@@ -373,7 +373,7 @@ Error open_error(const std::string& path, int e) {
     return make_error(Errc::permission,
                       "cannot read {}: {} — run fy-netlog as the user that runs fy-proxy", path,
                       errno_text(e));
-  if (e == ENOENT) return make_error(Errc::not_found, "no Network Log at {}", path);
+  if (e == ENOENT || e == ENOTDIR) return make_error(Errc::not_found, "no Network Log at {}", path);
   return make_error(Errc::io, "cannot read {}: {}", path, errno_text(e));
 }
 
@@ -439,7 +439,7 @@ Result<void> Follower::poll(ReadStats& stats, const RowFn& fn) {
     ::close(fd);
     fd = -1;
   }
-  if (fd < 0 && open_errno != ENOENT) return open_error(path_, open_errno);
+  if (fd < 0 && open_errno != ENOENT && open_errno != ENOTDIR) return open_error(path_, open_errno);
 
   if (!started_ || behind_) {
     auto files = list_log_files(path_);
@@ -533,7 +533,9 @@ Result<HostPattern> parse_host_pattern(std::string_view s) {
     p.wildcard = true;
     h.remove_prefix(2);
   }
-  if (h.empty() || h.find('*') != std::string_view::npos || h.find('/') != std::string_view::npos)
+  bool bracketed = !h.empty() && h.front() == '[';
+  if (h.empty() || h.find('*') != std::string_view::npos || h.find('/') != std::string_view::npos ||
+      (!bracketed && h.find(':') != std::string_view::npos))
     return make_error(Errc::invalid_argument,
                       "bad host pattern '{}': use a host (api.github.com), a wildcard "
                       "(*.github.com) or either with a port (github.com:22)",

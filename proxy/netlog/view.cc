@@ -301,7 +301,13 @@ std::string who_of(const Row& r) {
     case Attribution::attributed: break;
   }
   std::string who = r.who;
-  if (who.rfind("container:", 0) == 0) who = "ctr:" + who.substr(10, 12);
+  if (who.rfind("container:", 0) == 0) {
+    // A container id is 64 hex digits; 12 tell containers apart, as docker shows them.
+    std::string_view id = std::string_view(who).substr(10);
+    size_t i = 0;
+    for (int n = 0; n < 12 && i < id.size(); ++n) next_cp(id, i);
+    who = "ctr:" + std::string(id.substr(0, i));
+  }
   std::string out;
   for (const std::string* p : std::array<const std::string*, 3>{&who, &r.net, &r.src}) {
     if (p->empty()) continue;

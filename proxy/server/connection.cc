@@ -133,6 +133,7 @@ void Connection::on_read(Stream& s, const ChunkRef& c, const char* p, size_t n) 
 
 void Connection::on_eof(Stream& s) {
   touch();
+  log::debug("c{} eof from {} (mode {})", id_, &s == &client_ ? "client" : "origin", static_cast<int>(mode_));
   if (&s == &client_) {
     client_eof_ = true;
     switch (mode_) {
@@ -242,6 +243,7 @@ void Connection::on_drain(Stream& s) {
 }
 
 void Connection::on_shutdown(Stream& s) {
+  log::debug("c{} shutdown done on {}", id_, &s == &client_ ? "client" : "origin");
   if (&s == &client_ && mode_ == Mode::lingering && client_eof_) {
     close("answered");
     return;
