@@ -55,8 +55,13 @@ std::string render_machine(const MachineSpec& m) {
   out += "\t\t# loopback is always open; so are replies to flows already admitted\n";
   out += "\t\toifname \"lo\" accept\n";
   out += "\t\tct state established,related accept\n";
-  out += "\t\t# the policy is accept: only the walled principals are default-denied\n";
-  out += fmt::format("\t\tmeta skuid != {} accept\n", u);
+  out += "\t\t# The policy is accept: only what a walled principal's socket sends is\n";
+  out += "\t\t# judged. The reference wrote `meta skuid != { ... } accept`, which never\n";
+  out += "\t\t# matches a packet without a user socket (neighbour discovery, MLD, IGMP),\n";
+  out += "\t\t# so it refused the kernel's own packets for everyone (docs/wall-escapes.md).\n";
+  out += fmt::format("\t\tmeta skuid {} jump walled\n", u);
+  out += "\t}\n";
+  out += "\tchain walled {\n";
   out += "\t\t# DNS only to private resolvers: a public :53 is an exfil tunnel\n";
   out += fmt::format("\t\tip daddr {} udp dport 53 accept\n", resolvers);
   out += fmt::format("\t\tip daddr {} tcp dport 53 accept\n", resolvers);
@@ -80,10 +85,7 @@ std::string render_machine(const MachineSpec& m) {
   out += fmt::format("table ip6 {} {{\n", kMachineTable6);
   out += "\tchain output {\n";
   out += "\t\ttype filter hook output priority 0; policy accept;\n";
-  out += "\t\t# Only what a walled principal's socket sends is judged. The reference wrote\n";
-  out += "\t\t# `meta skuid != { ... } accept`, which never matches a packet without a user\n";
-  out += "\t\t# socket (neighbour discovery, MLD, time-wait and request sockets), so it\n";
-  out += "\t\t# refused the kernel's own IPv6 for everyone (docs/wall-escapes.md).\n";
+  out += "\t\t# only what a walled principal's socket sends is judged, as in inet fy_wall\n";
   out += fmt::format("\t\tmeta skuid {} jump walled\n", u);
   out += "\t}\n";
   out += "\tchain walled {\n";

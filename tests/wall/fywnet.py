@@ -376,3 +376,24 @@ class GuestTopology:
                               f"udp:{self.PUBLIC}:53", f"udp:{self.PUBLIC}:443",
                               f"udp:{self.PUBLIC}:5353",
                               f"tcp:[{self.PUBLIC6}]:443")
+
+    def warm_up(self):
+        """Root reaches the public v4 and v6 listeners before any wall: the
+        routes work, and neighbour discovery has settled (a first IPv6
+        connect can time out while it does)."""
+        for kind, host, port in (("tcp", self.PUBLIC, 443), ("tcp", self.PUBLIC6, 443),
+                                 ("tcp", self.GW, 41000)):
+            deadline = time.monotonic() + 15
+            while True:
+                r = probe(self.guest, 0, kind, host, port, timeout=1.0)
+                if r["outcome"] == "ok":
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"topology broken: root cannot reach {host}:{port}: {r}")
+
+
+def log_addr(ip):
+    """An address as nf_log prints it (IPv6 fully expanded)."""
+    import ipaddress
+    a = ipaddress.ip_address(ip)
+    return a.exploded if a.version == 6 else str(a)

@@ -72,15 +72,15 @@ class Golden(unittest.TestCase):
 
     def test_subuid_first_line_wins_and_absent_means_uid_only(self):
         r = self.render("machine-subuid", "machine", "subuid")
-        self.assertIn("meta skuid != { 4242, 100000-165535 } accept", r.stdout)
+        self.assertIn("meta skuid { 4242, 100000-165535 } jump walled", r.stdout)
         self.assertNotIn("300000", r.stdout)
         r = self.render("machine-subuid", "machine", "subuid-none")
-        self.assertIn("meta skuid != { 4242 } accept", r.stdout)
+        self.assertIn("meta skuid { 4242 } jump walled", r.stdout)
         r = self.ident.fy_wall(None, "render", "machine", "--config",
                                os.path.join(GOLDEN, "machine-subuid.toml"),
                                "--subuid-file", "/nonexistent/subuid")
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn("meta skuid != { 4242 } accept", r.stdout)
+        self.assertIn("meta skuid { 4242 } jump walled", r.stdout)
 
     def test_flags_render_what_the_config_does(self):
         by_config = self.render("machine-subuid", "machine", "subuid").stdout
