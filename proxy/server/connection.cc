@@ -617,6 +617,12 @@ void Connection::start_decrypt(const std::string& sni) {
 
 void Connection::forward_request(const HostPort& dest, policy::Kind kind, std::string_view target) {
   bool tls = kind == policy::Kind::https;
+  if (!early_failure_.empty() && !origin_) {
+    std::string reason;
+    reason.swap(early_failure_);
+    fail_exchange(early_failure_kind_, reason, connect_dest_.authority());
+    return;
+  }
   bool reuse = origin_ && !origin_->closing() && !origin_eof_ && origin_dest_ == dest &&
                origin_tls_ == tls;
   if (!reuse) {
@@ -971,16 +977,13 @@ void Connection::origin_failed(Errc kind, const std::string& detail) {
   }
   if (mode_ == Mode::handshake || (mode_ == Mode::http && !ex_.active)) {
     // The eager dial of a decrypted tunnel failed before any request: the
-    // first request dials again and gets the answer.
+    // first request is answered with this failure; later ones dial again.
+    early_failure_ = reason;
+    early_failure_kind_ = kind;
     return;
   }
   if (ex_.active && !ex_.response_started) {
-    ex_.row.error = reason;
-    int status = kind == Errc::timeout ? 504 : 502;
-    std::string body = status == 504
-                           ? fmt::format("foldyard's proxy timed out reaching {}: {}\n", dest, reason)
-                           : fmt::format("foldyard's proxy could not reach {}: {}\n", dest, reason);
-    answer(status, body, req_ != Req::done || ex_.upgrade);
+    fail_exchange(kind, reason, dest);
     return;
   }
   if (ex_.active) {
@@ -988,6 +991,15 @@ void Connection::origin_failed(Errc kind, const std::string& detail) {
     write_exchange_row();
   }
   close("origin failed mid-response");
+}
+
+void Connection::fail_exchange(Errc kind, const std::string& reason, const std::string& dest) {
+  ex_.row.error = reason;
+  int status = kind == Errc::timeout ? 504 : 502;
+  std::string body = status == 504
+                         ? fmt::format("foldyard's proxy timed out reaching {}: {}\n", dest, reason)
+                         : fmt::format("foldyard's proxy could not reach {}: {}\n", dest, reason);
+  answer(status, body, req_ != Req::done || ex_.upgrade || !req_parser_.message_complete());
 }
 
 // ---------------------------------------------------------------------------

@@ -101,6 +101,8 @@ class Connection final : public StreamHandler {
   void retire_origin();
   void retire_origin_keep_addrs();
   void origin_failed(Errc kind, const std::string& detail);
+  // Answers the exchange in flight 502 (504 for a timeout) with `reason`.
+  void fail_exchange(Errc kind, const std::string& reason, const std::string& dest);
   bool retry_on_fresh_origin();
 
   // Answers and rows.
@@ -190,6 +192,8 @@ class Connection final : public StreamHandler {
   std::vector<sockaddr_storage> addrs_;
   size_t next_addr_ = 0;
   std::string origin_last_error_;
+  std::string early_failure_;  // the eager dial of a decrypted tunnel failed
+  Errc early_failure_kind_ = Errc::connect;
 
   // Response parsing.
   http::HeadScanner resp_scan_;

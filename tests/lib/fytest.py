@@ -199,6 +199,35 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         # Remember the raw request line for the tests that check the wire form.
         return super().handle_one_request()
 
+    def _git(self, body):
+        # Smart HTTP via git http-backend (CGI): the real server side of git.
+        path, _, query = self.path.partition("?")
+        env = {
+            "GIT_PROJECT_ROOT": self.server.origin.git_root,
+            "GIT_HTTP_EXPORT_ALL": "1",
+            "PATH_INFO": path[len("/git"):],
+            "QUERY_STRING": query,
+            "REQUEST_METHOD": self.command,
+            "CONTENT_TYPE": self.headers.get("Content-Type", ""),
+            "CONTENT_LENGTH": str(len(body)),
+            "HTTP_CONTENT_ENCODING": self.headers.get("Content-Encoding", ""),
+            "GIT_PROTOCOL": self.headers.get("Git-Protocol", ""),
+            "REMOTE_ADDR": "127.0.0.1",
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        }
+        out = subprocess.run(["git", "http-backend"], input=body, env=env, capture_output=True).stdout
+        head, _, payload = out.partition(b"\r\n\r\n")
+        status, headers = 200, []
+        for line in head.split(b"\r\n"):
+            k, _, v = line.decode().partition(":")
+            if k.lower() == "status":
+                status = int(v.strip().split()[0])
+            elif k:
+                headers.append((k, v.strip()))
+        ctype = dict((k.lower(), v) for k, v in headers).get("content-type", "application/octet-stream")
+        headers = [(k, v) for k, v in headers if k.lower() != "content-type"]
+        return self._send(status, payload, ctype, headers)
+
     def do_route(self):
         path = self.path.split("?")[0]
         parts = path.strip("/").split("/")
@@ -208,6 +237,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return self._websocket()
         body = b"" if head in ("stall", "reset") else self._read_body()
         self._record(body)
+        if head == "git" and self.server.origin.git_root:
+            return self._git(body)
         if head == "status":
             code = int(parts[1])
             return self._send(code, f"origin says {code}:   with   spaces\n\n and lines".encode(), "text/plain")
@@ -369,6 +400,7 @@ class Origin:
         self.port = self.server.server_address[1]
         self.host = host
         self.requests = []
+        self.git_root = None  # a directory of bare repositories served under /git/
         self.lock = threading.Lock()
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 

@@ -178,18 +178,46 @@ def spawn(cmd, **kw):
             except ProcessLookupError:
                 pass
         p.wait(timeout=10)
+        for f in (p.stdin, p.stdout, p.stderr):
+            if f:
+                f.close()
 
     on_cleanup(stop, f"process {cmd[:4]}")
     return p
 
 
+def in_cgroup(path, cmd):
+    """`cmd`, run by a process that first moves itself into the cgroup `path`."""
+    return ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', path, *cmd]
+
+
+def cgroup(relative):
+    """Makes a cgroup (and its parents) below the cgroup2 mount; removed at
+    cleanup, after the processes started in it later are gone."""
+    root = cgroup2_root()
+    path = os.path.join(root, relative)
+    made = []
+    cur = root
+    for part in relative.split("/"):
+        cur = os.path.join(cur, part)
+        if not os.path.isdir(cur):
+            os.mkdir(cur)
+            made.append(cur)
+    for d in made:
+        on_cleanup(lambda d=d: os.rmdir(d), f"cgroup {d}")
+    return path
+
+
 class Server:
     """serve.py in a namespace, as root; `records()` are its stdout lines."""
 
-    def __init__(self, ns, name, *specs):
+    def __init__(self, ns, name, *specs, cgroup=None):
         fd, self.log = tempfile.mkstemp(prefix=f"fyw-{PID}-serve-")
         on_cleanup(lambda: os.unlink(self.log), f"log {self.log}")
-        self.p = spawn(nsexec(ns, PY, SERVE, name, *specs), stdout=fd, stderr=subprocess.STDOUT)
+        cmd = nsexec(ns, PY, SERVE, name, *specs)
+        if cgroup:
+            cmd = in_cgroup(cgroup, cmd)
+        self.p = spawn(cmd, stdout=fd, stderr=subprocess.STDOUT)
         os.close(fd)
         deadline = time.monotonic() + 10
         while "READY" not in self._text():
@@ -228,7 +256,7 @@ def probe(ns, uid, kind, host, port, *extra, timeout=2.0, gid=None, cgroup=None)
         inner = ["setpriv", f"--reuid={uid}", f"--regid={g}", "--clear-groups", *inner]
     cmd = nsexec(ns, *inner)
     if cgroup:
-        cmd = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', cgroup, *cmd]
+        cmd = in_cgroup(cgroup, cmd)
     r = sh(*cmd, check=False, timeout=timeout + 15)
     try:
         return json.loads(r.stdout.strip().splitlines()[-1])

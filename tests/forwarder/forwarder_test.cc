@@ -1,0 +1,351 @@
+// Unit tests for fy-forwarder's pure parts: the head check and rewrite, the
+// stamp vectors of docs/stamp.md, the configuration, cgroup classification
+// and the stamp sequence record. The relay, the namespaces and attribution
+// are tested with real kernel parts by the Python tests beside this file.
+#include <doctest/doctest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "core/crypto.h"
+#include "core/stamp.h"
+#include "forwarder/attrib.h"
+#include "forwarder/config.h"
+#include "forwarder/head.h"
+#include "forwarder/stamper.h"
+
+using namespace fy;
+using namespace fy::fwd;
+
+namespace {
+
+struct Parsed {
+  ParseResult r;
+  Head h;
+};
+
+Parsed parse(std::string_view s, size_t max = 16384) {
+  Parsed p;
+  p.r = parse_head(s, HeadLimits{max, 128}, &p.h);
+  return p;
+}
+
+Refusal refusal_of(std::string_view s) {
+  auto p = parse(s);
+  REQUIRE(p.r.status == ParseStatus::refused);
+  return p.r.refusal;
+}
+
+// The head as it goes upstream.
+std::string rewritten(std::string_view s, std::string_view stamp_line) {
+  auto p = parse(s);
+  REQUIRE(p.r.status == ParseStatus::complete);
+  iovec iov[Head::kMaxKeep + 2];
+  size_t n = build_iov(p.h, s, stamp_line, iov);
+  std::string out;
+  for (size_t i = 0; i < n; ++i) out.append(static_cast<char*>(iov[i].iov_base), iov[i].iov_len);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("canonical proxy heads are accepted") {
+  auto p = parse("GET http://example.com/a?b=1 HTTP/1.1\r\nHost: example.com\r\n\r\nBODY");
+  CHECK(p.r.status == ParseStatus::complete);
+  CHECK(p.h.method == "GET");
+  CHECK(p.h.target == "http://example.com/a?b=1");
+  CHECK(p.h.length == 60);
+  CHECK_FALSE(p.h.is_connect);
+
+  p = parse("CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n"
+            "Proxy-Authorization: Basic Zm9vOmJhcg==\r\n\r\n");
+  CHECK(p.r.status == ParseStatus::complete);
+  CHECK(p.h.is_connect);
+  CHECK(p.h.header_count == 2);
+
+  CHECK(parse("CONNECT [2001:db8::1]:443 HTTP/1.1\r\n\r\n").r.status == ParseStatus::complete);
+  CHECK(parse("GET https://example.com HTTP/1.0\r\n\r\n").r.status == ParseStatus::complete);
+  CHECK(parse("M-SEARCH http://h:8080/ HTTP/1.1\r\nX-Tab:\tv\r\n\r\n").r.status ==
+        ParseStatus::complete);
+  // obs-text in a value is allowed; the proxy decides about it.
+  CHECK(parse("GET http://h/ HTTP/1.1\r\nX: caf\xc3\xa9\r\n\r\n").r.status ==
+        ParseStatus::complete);
+  CHECK(parse("GET http://h/ HTTP/1.1\r\nX:\r\n\r\n").r.status == ParseStatus::complete);
+}
+
+TEST_CASE("a head arriving in pieces is incomplete until its blank line") {
+  std::string full = "GET http://h/ HTTP/1.1\r\nHost: h\r\n\r\n";
+  for (size_t n = 0; n < full.size(); ++n) {
+    CAPTURE(n);
+    CHECK(parse(full.substr(0, n)).r.status == ParseStatus::incomplete);
+  }
+  CHECK(parse(full).r.status == ParseStatus::complete);
+}
+
+TEST_CASE("non-canonical heads are refused with the reason") {
+  CHECK(refusal_of("GET http://h/ HTTP/1.1\nHost: h\r\n\r\n") == Refusal::bare_lf);
+  CHECK(refusal_of("GET http://h/ HTTP/1.1\r\nHost: h\n\r\n") == Refusal::bare_lf);
+  CHECK(refusal_of("GET http://h/ HTTP/1.1\r\nHost: h\r\n\n") == Refusal::bare_lf);
+  CHECK(refusal_of("GET http://h/ HTTP/1.1\r\nHo\rst: h\r\n\r\n") == Refusal::bare_cr);
+  // Refused as soon as the bad line is seen, not at the end of the head.
+  CHECK(refusal_of("GET http://h/ HTTP/1.1\r\nA: \r b") == Refusal::bare_cr);
+  CHECK(refusal_of(std::string("GET http://h/ HTTP/1.1\r\nA: \0\r\n\r\n", 30)) == Refusal::nul);
+  CHECK(refusal_of("\r\nGET http://h/ HTTP/1.1\r\n\r\n") == Refusal::leading_empty);
+  CHECK(refusal_of("GET  http://h/ HTTP/1.1\r\n\r\n") == Refusal::request_line);
+  CHECK(refusal_of("GET http://h/  HTTP/1.1\r\n\r\n") == Refusal::request_line);
+  CHECK(refusal_of("GET http://h/ HTTP/1.1 \r\n\r\n") == Refusal::request_line);
+  CHECK(refusal_of(" GET http://h/ HTTP/1.1\r\n\r\n") == Refusal::request_line);
+  CHECK(refusal_of("GET\thttp://h/ HTTP/1.1\r\n\r\n") == Refusal::request_line);
+  CHECK(refusal_of("GET http://h/\r\n\r\n") == Refusal::request_line);
+  CHECK(refusal_of("get http://h/ HTTP/1.1\r\n\r\n") == Refusal::method_case);
+  CHECK(refusal_of("Get http://h/ HTTP/1.1\r\n\r\n") == Refusal::method_case);
+  CHECK(refusal_of("G3T http://h/ HTTP/1.1\r\n\r\n") == Refusal::method);
+  CHECK(refusal_of("GET http://h/ HTTP/2.0\r\n\r\n") == Refusal::version);
+  CHECK(refusal_of("GET http://h/ http/1.1\r\n\r\n") == Refusal::version);
+  CHECK(refusal_of("GET /path HTTP/1.1\r\nHost: h\r\n\r\n") == Refusal::target_form);
+  CHECK(refusal_of("OPTIONS * HTTP/1.1\r\n\r\n") == Refusal::target_form);
+  CHECK(refusal_of("GET HTTP://h/ HTTP/1.1\r\n\r\n") == Refusal::target_form);
+  CHECK(refusal_of("GET ftp://h/ HTTP/1.1\r\n\r\n") == Refusal::target_form);
+  CHECK(refusal_of("GET h:80 HTTP/1.1\r\n\r\n") == Refusal::target_form);
+  CHECK(refusal_of("CONNECT http://h:443/ HTTP/1.1\r\n\r\n") == Refusal::target_form);
+  CHECK(refusal_of("CONNECT h HTTP/1.1\r\n\r\n") == Refusal::target);
+  CHECK(refusal_of("CONNECT h:0 HTTP/1.1\r\n\r\n") == Refusal::target);
+  CHECK(refusal_of("CONNECT h:99999 HTTP/1.1\r\n\r\n") == Refusal::target);
+  CHECK(refusal_of("CONNECT u@h:443 HTTP/1.1\r\n\r\n") == Refusal::target);
+  CHECK(refusal_of("GET http://u:p@h/ HTTP/1.1\r\n\r\n") == Refusal::target);
+  CHECK(refusal_of("GET http:/// HTTP/1.1\r\n\r\n") == Refusal::target);
+  CHECK(refusal_of("GET http://h/\x7f HTTP/1.1\r\n\r\n") == Refusal::target);
+  CHECK(refusal_of("GET http://h/\xc3\xa9 HTTP/1.1\r\n\r\n") == Refusal::target);
+  CHECK(refusal_of("GET http://h/ HTTP/1.1\r\nA: b\r\n c\r\n\r\n") == Refusal::obs_fold);
+  CHECK(refusal_of("GET http://h/ HTTP/1.1\r\n\tA: b\r\n\r\n") == Refusal::obs_fold);
+  CHECK(refusal_of("GET http://h/ HTTP/1.1\r\nFy-Stamp : x\r\n\r\n") == Refusal::header_name);
+  CHECK(refusal_of("GET http://h/ HTTP/1.1\r\n: x\r\n\r\n") == Refusal::header_name);
+  CHECK(refusal_of("GET http://h/ HTTP/1.1\r\nNo colon\r\n\r\n") == Refusal::header_name);
+  CHECK(refusal_of("GET http://h/ HTTP/1.1\r\nA(b): x\r\n\r\n") == Refusal::header_name);
+  CHECK(refusal_of("GET http://h/ HTTP/1.1\r\nA: \x01\r\n\r\n") == Refusal::header_value);
+  CHECK(refusal_of("GET http://h/ HTTP/1.1\r\nA: \x7f\r\n\r\n") == Refusal::header_value);
+}
+
+TEST_CASE("size and header-count limits") {
+  std::string big = "GET http://h/ HTTP/1.1\r\nX: " + std::string(2000, 'a') + "\r\n\r\n";
+  CHECK(parse(big, 1024).r.refusal == Refusal::too_large);
+  CHECK(parse(big.substr(0, 1024), 1024).r.refusal == Refusal::too_large);
+  CHECK(parse(big, 4096).r.status == ParseStatus::complete);
+  std::string many = "GET http://h/ HTTP/1.1\r\n";
+  for (int i = 0; i < 129; ++i) many += "A: b\r\n";
+  many += "\r\n";
+  CHECK(refusal_of(many) == Refusal::too_many_headers);
+}
+
+TEST_CASE("every client-written stamp line is removed and ours added once") {
+  const std::string ours = "Fy-Stamp: OURS\r\n";
+  CHECK(rewritten("GET http://h/ HTTP/1.1\r\nHost: h\r\n\r\n", ours) ==
+        "GET http://h/ HTTP/1.1\r\nHost: h\r\nFy-Stamp: OURS\r\n\r\n");
+  CHECK(rewritten("GET http://h/ HTTP/1.1\r\nFy-Stamp: a\r\nHost: h\r\nfy-stamp: b\r\n"
+                  "FY-STAMP:c\r\nAccept: */*\r\nfY-sTaMp:  d \r\n\r\nBODY",
+                  ours) ==
+        "GET http://h/ HTTP/1.1\r\nHost: h\r\nAccept: */*\r\nFy-Stamp: OURS\r\n\r\n");
+  CHECK(rewritten("CONNECT h:443 HTTP/1.1\r\nFy-Stamp: a\r\nFy-Stamp: b\r\n\r\n", ours) ==
+        "CONNECT h:443 HTTP/1.1\r\nFy-Stamp: OURS\r\n\r\n");
+  // Proxy-Authorization passes byte for byte.
+  CHECK(rewritten("CONNECT h:443 HTTP/1.1\r\nProxy-Authorization: Basic eDp5\r\n\r\n", ours) ==
+        "CONNECT h:443 HTTP/1.1\r\nProxy-Authorization: Basic eDp5\r\nFy-Stamp: OURS\r\n\r\n");
+  // Names that only look like the stamp stay.
+  CHECK(rewritten("GET http://h/ HTTP/1.1\r\nFy-Stamps: a\r\nX-Fy-Stamp: b\r\n\r\n", "") ==
+        "GET http://h/ HTTP/1.1\r\nFy-Stamps: a\r\nX-Fy-Stamp: b\r\n\r\n");
+  auto p = parse("GET http://h/ HTTP/1.1\r\nFy-Stamp: a\r\nfy-stamp: b\r\n\r\n");
+  CHECK(p.h.stamps_removed == 2);
+  // The most stamp lines a head can hold, interleaved, all go.
+  std::string many = "GET http://h/ HTTP/1.1\r\n";
+  for (int i = 0; i < 64; ++i) many += "Fy-Stamp: x\r\nA: b\r\n";
+  many += "\r\n";
+  std::string out = rewritten(many, ours);
+  CHECK(out.find("Fy-Stamp: x") == std::string::npos);
+  CHECK(out.find("Fy-Stamp: OURS") != std::string::npos);
+}
+
+TEST_CASE("stamp vectors of docs/stamp.md verify and round-trip") {
+  std::string key;
+  for (int i = 0; i < 32; ++i) key += static_cast<char>(i);
+  const char* valid[] = {
+      "v=1;src=10.89.1.2;net=podman1;seq=42;boot=0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0;mac="
+      "beff60f3252f6a27d28922be9f8fb8f4f2d2b8e831ecb9751cf38dd857117ea1",
+      "v=1;src=127.0.0.1;net=host;who=container:0123456789abcdef0123456789abcdef0123456789abcdef"
+      "0123456789abcdef;seq=7;boot=0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0;mac="
+      "50d56f8c032da22a13cf228dba7ec252ef011eed1b030277ecaa7f787d641cea",
+      "v=1;src=fd00::1:2;net=podman2;who=build:crun-buildah-buildah123.scope;seq="
+      "18446744073709551615;boot=0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0;mac="
+      "613018efb7b1a98aed92a2d644f53c4ac3e6c5830e13b06692d6f0387b7c024a",
+      "v=1;src=192.168.5.15;net=host;who=user;seq=1;boot=0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0;"
+      "mac=d3fa9fddf186e820772bb5061b83b29a4eb39888385cfe4978dbdd24f4ed7b80",
+      "v=1;src=127.0.0.1;net=host;who=uid:0;seq=9000;boot=0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0;"
+      "mac=c4f336f84a657ebfa1482dc7f4f77cb2d8322c0a56fa380d082e304f6ab50cb2",
+  };
+  for (const char* v : valid) {
+    CAPTURE(v);
+    auto f = stamp::verify(v, key);
+    REQUIRE(f.ok());
+    CHECK(stamp::format(*f, key) == v);
+  }
+  const char* refused[] = {
+      "v=1;src=10.089.1.2;net=podman1;seq=42;boot=0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0;mac="
+      "3311470e197945e21b0e73ee19fa62b80cd9081e59dd1b9458b968c1d044d8b2",
+      "v=1;src=FD00::1;net=podman1;seq=42;boot=0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0;mac="
+      "e97670df9e2f523477c2fb18f46e99c09daadd84e83d27e4ce466edd3677e82a",
+      "v=1;src=10.89.1.2;net=podman1;seq=0;boot=0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0;mac="
+      "b2ee7ed9408d405e5fe73e201c4bc92a42d42cd60ddbb24619575500fe1aaba2",
+      "v=1;src=10.89.1.2;net=podman1;seq=042;boot=0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0;mac="
+      "ae7335821d5db9278952b99a602964381d587da6d138872aff1487619e94372a",
+      "v=1;src=10.89.1.2;net=podman1;seq=18446744073709551616;boot=0f1e2d3c-4b5a-6978-8796-"
+      "a5b4c3d2e1f0;mac=0e21101003c7f4cc40d1240ffaa247a6bbb02360cc9c8b58f93cdbd641682852",
+      "v=2;src=10.89.1.2;net=podman1;seq=42;boot=0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0;mac="
+      "eafc09180495b8a455c1156c63e4a92da704a69a7c1f4e7f89072a0353c1764f",
+      "v=1;net=podman1;src=10.89.1.2;seq=42;boot=0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0;mac="
+      "488a3b24f74cb2510173ee5ee9cf039042fb5b743adfbf1dee0125e6cf474cb7",
+      "v=1;src=10.89.1.2;net=podman1;who=;seq=42;boot=0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0;mac="
+      "f55e50103883a1b131703cb33bc1a8c9c3e86d1ecffab75470949f03fe63dbb6",
+      "v=1;src=10.89.1.2;net=podman1;seq=42;boot=0F1E2D3C-4B5A-6978-8796-A5B4C3D2E1F0;mac="
+      "d20230a68a6f73c9b3fbd57675478c0438ec982b481b4bee38ce8ee0ada0d5e4",
+      "v=1;src=10.89.1.2;net=podman1;seq=42;boot=0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0;x=1;mac="
+      "5ef357a27ff4a3ce4c4781b283d39ffa268d1363a0084dc922dcb9e40cadda87",
+      "v=1;src=10.89.1.2;net=pod man1;seq=42;boot=0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0;mac="
+      "c442ab1529b0d55a88731f87d16c34070f54a77eae098fbdc3beda7c89251107",
+  };
+  for (const char* v : refused) {
+    CAPTURE(v);
+    auto f = stamp::verify(v, key);
+    REQUIRE_FALSE(f.ok());
+    // The MAC was right: the refusal is the grammar's, not the MAC's.
+    CHECK(f.error().message.find("mac") == std::string::npos);
+  }
+  std::string upper = valid[0];
+  for (size_t i = upper.rfind(";mac=") + 5; i < upper.size(); ++i)
+    upper[i] = static_cast<char>(toupper(upper[i]));
+  CHECK_FALSE(stamp::verify(upper, key).ok());
+}
+
+TEST_CASE("configuration: a complete file loads; mistakes are refused with file:line") {
+  const char* good = R"(
+key_file = "/k"
+state_dir = "/tmp/x"
+[upstream]
+host = "192.168.5.2"
+[[port]]
+port = 42600
+[[port]]
+port = 42700
+stamp = false
+[bridge]
+netns = "/run/user/1000/netns/rootless-netns"
+[vm]
+walled_uids = ["1000", "100000-165535"]
+attribution = "proc"
+)";
+  auto c = parse_config(good, "f.toml");
+  REQUIRE(c.ok());
+  CHECK(c->control_socket == "/tmp/x/control.sock");
+  CHECK(c->ports.size() == 2);
+  CHECK(c->port_rule(42700)->stamp == false);
+  CHECK(c->redials == 8);
+  CHECK(c->connect_timeout_ms == 2000);
+  CHECK(c->vm.walled(1000));
+  CHECK(c->vm.walled(100000));
+  CHECK(c->vm.walled(165535));
+  CHECK_FALSE(c->vm.walled(0));
+  CHECK_FALSE(c->vm.walled(165536));
+  CHECK(c->vm.attribution == AttributionMode::proc);
+
+  auto bad = parse_config("key_file = \"/k\"\n[upstream]\nhost = \"gw\"\nporrt = 1\n", "b.toml");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().message.find("b.toml:3") != std::string::npos);     // host not an IP
+  CHECK(bad.error().message.find("porrt") != std::string::npos);        // unknown key
+  CHECK(bad.error().message.find("[[port]]") != std::string::npos);     // no ports
+  CHECK(bad.error().message.find("nothing would listen") != std::string::npos);
+
+  auto both = parse_config("key_file = \"/k\"\n[upstream]\nhost = \"1.2.3.4\"\n[[port]]\nport=1\n"
+                           "[bridge]\nnetns=\"/a\"\nnetns_pid_file=\"/b\"\n",
+                           "c.toml");
+  REQUIRE_FALSE(both.ok());
+  CHECK(both.error().message.find("exactly one of netns") != std::string::npos);
+
+  CHECK(parse_uid_range("100000-165535").ok());
+  CHECK_FALSE(parse_uid_range("5-4").ok());
+  CHECK_FALSE(parse_uid_range("x").ok());
+}
+
+TEST_CASE("cgroup paths are classified by their outermost scope") {
+  std::string id(64, 'a');
+  std::string id2(64, 'b');
+  CHECK(Attributor::classify_cgroup("/user.slice/user-1000.slice/user@1000.service/user.slice/"
+                                    "libpod-" + id + ".scope/container") == "container:" + id);
+  CHECK(Attributor::classify_cgroup("/libpod-" + id + ".scope/x/libpod-" + id2 + ".scope") ==
+        "container:" + id);
+  CHECK(Attributor::classify_cgroup("/user.slice/crun-buildah-buildah4242.scope") ==
+        "build:crun-buildah-buildah4242.scope");
+  CHECK(Attributor::classify_cgroup("/a/crun-buildah-x.scope/libpod-" + id + ".scope") ==
+        "build:crun-buildah-x.scope");
+  CHECK(Attributor::classify_cgroup("/user.slice/user-1000.slice/session-3.scope") == "user");
+  CHECK(Attributor::classify_cgroup("/libpod-conmon-" + id + ".scope") == "user");
+  CHECK(Attributor::classify_cgroup("/libpod-" + id.substr(1) + ".scope") == "user");
+  CHECK(Attributor::classify_cgroup("/libpod-" + std::string(64, 'A') + ".scope") == "user");
+  CHECK(Attributor::classify_cgroup("/") == "user");
+  CHECK(Attributor::classify_cgroup("") == "user");
+  // Characters outside the stamp's who set are replaced, so the stamp stays valid.
+  CHECK(Attributor::classify_cgroup("/crun-buildah-a;b c.scope") == "build:crun-buildah-a_b_c.scope");
+}
+
+TEST_CASE("the stamp sequence continues across restarts within a boot") {
+  char tmpl[] = "/tmp/fyf-unit-XXXXXX";
+  REQUIRE(mkdtemp(tmpl));
+  std::string dir = tmpl;
+  std::string key = dir + "/key", boot = dir + "/boot";
+  {
+    std::ofstream(key) << std::string(64, 'a') << "\n";
+    chmod(key.c_str(), 0600);
+    std::ofstream(boot) << "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0\n";
+  }
+  std::string k = *unhex(std::string(64, 'a'));
+  uint64_t first_seq = 0;
+  {
+    Stamper s;
+    REQUIRE(s.init(key, boot, dir).ok());
+    std::string line = s.line("10.89.0.2", "podman1", "");
+    REQUIRE(line.rfind("Fy-Stamp: ", 0) == 0);
+    REQUIRE(line.size() > 12);
+    auto f = stamp::verify(line.substr(10, line.size() - 12), k);
+    REQUIRE(f.ok());
+    first_seq = f->seq;
+    CHECK(first_seq == 1);
+    for (int i = 0; i < 5000; ++i) (void)s.line("10.89.0.2", "podman1", "");  // crosses a block
+  }
+  {
+    Stamper s;  // a restart in the same boot: never a sequence already used
+    REQUIRE(s.init(key, boot, dir).ok());
+    std::string line = s.line("10.89.0.2", "podman1", "");
+    auto f = stamp::verify(line.substr(10, line.size() - 12), k);
+    REQUIRE(f.ok());
+    CHECK(f->seq > 5001);
+  }
+  {
+    std::ofstream(boot) << "11111111-2222-3333-4444-555555555555\n";
+    Stamper s;  // a new boot starts again from 1
+    REQUIRE(s.init(key, boot, dir).ok());
+    std::string line = s.line("10.89.0.2", "podman1", "");
+    auto f = stamp::verify(line.substr(10, line.size() - 12), k);
+    REQUIRE(f.ok());
+    CHECK(f->seq == 1);
+  }
+  {
+    chmod(key.c_str(), 0644);  // a key others can read is refused
+    Stamper s;
+    auto r = s.init(key, boot, dir);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().message.find("chmod 600") != std::string::npos);
+  }
+  std::string cmd = "rm -rf " + dir;
+  CHECK(system(cmd.c_str()) == 0);
+}

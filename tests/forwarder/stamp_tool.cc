@@ -1,0 +1,55 @@
+// The C++ stamp implementation on the command line, for the tests that check
+// it against docs/stamp.md and the independent Python implementation.
+//
+//   fyf-stamp-tool verify <key hex> <value>         -> JSON fields, exit 0; or the reason, exit 1
+//   fyf-stamp-tool format <key hex> <src> <net> <who|-> <seq> <boot>  -> the value
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "core/crypto.h"
+#include "core/json.h"
+#include "core/stamp.h"
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) == "--help") {
+    puts("usage: fyf-stamp-tool verify <key hex> <value>\n"
+         "       fyf-stamp-tool format <key hex> <src> <net> <who|-> <seq> <boot>");
+    return argc < 2 ? 2 : 0;
+  }
+  std::string cmd = argv[1];
+  auto key = argc > 2 ? fy::unhex(argv[2]) : std::nullopt;
+  if (!key || key->size() != 32) {
+    fprintf(stderr, "the key must be 64 hex characters\n");
+    return 2;
+  }
+  if (cmd == "verify" && argc == 4) {
+    auto f = fy::stamp::verify(argv[3], *key);
+    if (!f) {
+      printf("%s\n", f.error().message.c_str());
+      return 1;
+    }
+    std::string out;
+    fy::JsonObject(out)
+        .str("src", f->src)
+        .str("net", f->net)
+        .str("who", f->who)
+        .unum("seq", f->seq)
+        .str("boot", f->boot)
+        .close();
+    printf("%s\n", out.c_str());
+    return 0;
+  }
+  if (cmd == "format" && argc == 8) {
+    fy::stamp::Fields f;
+    f.src = argv[3];
+    f.net = argv[4];
+    f.who = std::string(argv[5]) == "-" ? "" : argv[5];
+    f.seq = strtoull(argv[6], nullptr, 10);
+    f.boot = argv[7];
+    printf("%s\n", fy::stamp::format(f, *key).c_str());
+    return 0;
+  }
+  fprintf(stderr, "bad arguments; see --help\n");
+  return 2;
+}

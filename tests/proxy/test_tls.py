@@ -1,0 +1,272 @@
+"""fy-proxy's HTTPS: the generated CA, minted leaves, decryption, upstream
+verification, passthrough tunnels, SNI rules, IPv6 and git over HTTPS."""
+
+import json
+import os
+import socket
+import ssl
+import stat
+import subprocess
+import tempfile
+import unittest
+
+from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from fytest import Origin, Proxy, TestCA, curl, http_status, load_cert, raw_exchange, wait_until
+
+
+def connect_tunnel(proxy_port, authority, timeout=5):
+    """Opens a CONNECT tunnel through the proxy; returns the socket after the 200."""
+    s = socket.create_connection(("127.0.0.1", proxy_port), timeout=timeout)
+    s.sendall(f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n".encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = s.recv(1)
+        if not chunk:
+            raise AssertionError(f"proxy closed the CONNECT: {head!r}")
+        head += chunk
+    return s, head
+
+
+class Https(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="fytls-")
+        cls.ca = TestCA(cls.tmp)
+        cert, key = cls.ca.issue(["secure.test", "other.test"], ips=["127.0.0.1"])
+        cls.origin = Origin(cert, key).__enter__()
+        ecert, ekey = cls.ca.issue(["expired.test"], expired=True)
+        cls.expired = Origin(ecert, ekey).__enter__()
+        wcert, wkey = cls.ca.issue(["someone-else.test"], tag="wrongname")
+        cls.wrongname = Origin(wcert, wkey).__enter__()
+        scert, skey = cls.ca.issue(["selfsigned.test"], self_signed=True)
+        cls.selfsigned = Origin(scert, skey).__enter__()
+        cls.plain = Origin().__enter__()
+        cls.git_root = os.path.join(cls.tmp, "repos")
+        os.makedirs(cls.git_root)
+        cls.origin.git_root = cls.git_root
+        o, e, w, s = cls.origin.port, cls.expired.port, cls.wrongname.port, cls.selfsigned.port
+        cls.policy = (
+            'mode = "enforce"\n'
+            f'allow = ["secure.test:{o}", "other.test:{o}", "expired.test:{e}", '
+            f'"wrongname.test:{w}", "selfsigned.test:{s}", "127.0.0.1:{o}"]\n'
+        )
+        cls.proxy = Proxy(
+            cls.policy,
+            resolve=[(h, "127.0.0.1") for h in
+                     ("secure.test", "other.test", "expired.test", "wrongname.test", "selfsigned.test")],
+            upstream_ca=cls.ca.cert_path,
+        ).__enter__()
+        cls.url = f"https://secure.test:{o}"
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.proxy.__exit__(None, None, None)
+        for o in (cls.origin, cls.expired, cls.wrongname, cls.selfsigned, cls.plain):
+            o.__exit__(None, None, None)
+
+    def setUp(self):
+        self.origin.requests.clear()
+
+    def test_the_ca_is_generated_private_and_stable(self):
+        key = os.path.join(self.proxy.state, "ca-key.pem")
+        self.assertEqual(stat.S_IMODE(os.stat(key).st_mode), 0o600)
+        ca = load_cert(self.proxy.ca)
+        bc = ca.extensions.get_extension_for_class(x509.BasicConstraints).value
+        self.assertTrue(bc.ca)
+        # A second proxy on the same state directory keeps the CA.
+        with Proxy(self.policy, tmp=tempfile.mkdtemp(prefix="fyca-")) as p2:
+            first = open(p2.ca, "rb").read()
+            p2.stop()
+            p3 = Proxy(self.policy, tmp=p2.dir).start()
+            try:
+                self.assertEqual(open(p3.ca, "rb").read(), first)
+            finally:
+                p3.stop()
+
+    def test_curl_https_is_decrypted_forwarded_and_logged(self):
+        r = curl(self.url + "/inside?q=1", proxy=self.proxy.url, cacert=self.proxy.ca, check=True)
+        self.assertEqual(json.loads(r.stdout)["path"], "/inside?q=1")
+        req = self.origin.requests[-1]
+        self.assertEqual(self.origin.header(req, "Host"), f"secure.test:{self.origin.port}")
+        row = self.proxy.wait_rows(lambda x: x["path"] == "/inside?q=1")[-1]
+        self.assertEqual(row["tls"], "decrypted")
+        self.assertEqual(row["sni"], "secure.test")
+        self.assertEqual(row["host"], f"secure.test:{self.origin.port}")
+        self.assertEqual(row["status"], 200)
+
+    def test_the_ca_is_load_bearing(self):
+        # Without the proxy's CA the client refuses the minted certificate.
+        r = curl(self.url + "/untrusted", proxy=self.proxy.url)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertFalse(any(q["path"] == "/untrusted" for q in self.origin.requests))
+
+    def test_leaf_is_ecdsa_p256_for_the_host_signed_by_the_ca(self):
+        s, _ = connect_tunnel(self.proxy.port, f"secure.test:{self.origin.port}")
+        ctx = ssl.create_default_context(cafile=self.proxy.ca)
+        with ctx.wrap_socket(s, server_hostname="secure.test") as t:
+            der = t.getpeercert(binary_form=True)
+            self.assertEqual(t.selected_alpn_protocol(), None)
+        leaf = x509.load_der_x509_certificate(der)
+        self.assertIsInstance(leaf.public_key(), ec.EllipticCurvePublicKey)
+        self.assertEqual(leaf.public_key().curve.name, "secp256r1")
+        san = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        self.assertEqual(san.get_values_for_type(x509.DNSName), ["secure.test"])
+        self.assertEqual(leaf.issuer, load_cert(self.proxy.ca).subject)
+
+    def test_an_ip_destination_gets_an_ip_san(self):
+        s, _ = connect_tunnel(self.proxy.port, f"127.0.0.1:{self.origin.port}")
+        ctx = ssl.create_default_context(cafile=self.proxy.ca)
+        with ctx.wrap_socket(s, server_hostname="127.0.0.1") as t:
+            der = t.getpeercert(binary_form=True)
+        leaf = x509.load_der_x509_certificate(der)
+        san = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        self.assertEqual([str(a) for a in san.get_values_for_type(x509.IPAddress)], ["127.0.0.1"])
+
+    def test_tls12_and_tls13_and_alpn_http11(self):
+        for flags in (["--tlsv1.2", "--tls-max", "1.2"], ["--tlsv1.3"]):
+            r = curl(*flags, "-v", self.url + "/v", proxy=self.proxy.url, cacert=self.proxy.ca, check=True)
+            want = b"TLSv1.2" if "1.2" in flags[-1] else b"TLSv1.3"
+            self.assertIn(want, r.stderr)
+        r = curl("--http2", "-v", self.url + "/alpn", proxy=self.proxy.url, cacert=self.proxy.ca, check=True)
+        self.assertIn(b"ALPN: server accepted http/1.1", r.stderr)
+
+    def test_keep_alive_inside_the_tunnel(self):
+        r = curl(self.url + "/k1", "-o", "/dev/null", self.url + "/k2", "-o", "/dev/null",
+                 self.url + "/k3", "-w", "%{num_connects}", proxy=self.proxy.url, cacert=self.proxy.ca,
+                 check=True)
+        rows = self.proxy.wait_rows(lambda x: x["path"] in ("/k1", "/k2", "/k3"), n=3)
+        self.assertEqual(len({x["conn"] for x in rows}), 1)
+        clients = {q["client"] for q in self.origin.requests if q["path"] in ("/k1", "/k2", "/k3")}
+        self.assertEqual(len(clients), 1)
+
+    def test_upstream_verification_failures_answer_502_with_the_reason(self):
+        cases = [
+            ("expired.test", self.expired.port, "certificate has expired"),
+            ("wrongname.test", self.wrongname.port, "Hostname mismatch"),
+            ("selfsigned.test", self.selfsigned.port, "self signed certificate"),
+        ]
+        before = self.proxy.metric("fy_tls_origin_verify_failures_total")
+        for host, port, reason in cases:
+            r = curl(f"https://{host}:{port}/secret", proxy=self.proxy.url, cacert=self.proxy.ca)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn(b"foldyard's proxy could not reach", r.stdout)
+            self.assertIn(reason.encode(), r.stdout)
+            row = self.proxy.wait_rows(lambda x: x["host"] == f"{host}:{port}")[-1]
+            self.assertEqual(row["status"], 502)
+            self.assertTrue(row["error"].startswith("tls_verify: "), row)
+            self.assertIn(reason, row["error"])
+        self.assertEqual(self.proxy.metric("fy_tls_origin_verify_failures_total"), before + 3)
+        for o in (self.expired, self.wrongname, self.selfsigned):
+            self.assertFalse(any(q["path"] == "/secret" for q in o.requests), "nothing reached the origin")
+
+    def test_a_host_header_naming_another_host_inside_the_tunnel_is_refused(self):
+        r = curl(self.url + "/claim", "-H", "Host: other.test", proxy=self.proxy.url, cacert=self.proxy.ca)
+        self.assertIn(b"names a different host", r.stdout)
+        self.assertFalse(any(q["path"] == "/claim" for q in self.origin.requests))
+
+    def test_git_clone_over_https(self):
+        src = os.path.join(self.tmp, "src")
+        subprocess.run(["git", "init", "-q", "-b", "main", src], check=True)
+        with open(os.path.join(src, "README"), "w") as f:
+            f.write("hello through the proxy\n")
+        env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
+                   GIT_COMMITTER_EMAIL="t@t")
+        subprocess.run(["git", "-C", src, "add", "."], check=True)
+        subprocess.run(["git", "-C", src, "commit", "-qm", "first"], check=True, env=env)
+        subprocess.run(["git", "clone", "-q", "--bare", src, os.path.join(self.git_root, "r.git")], check=True)
+        dst = os.path.join(self.tmp, "dst")
+        genv = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+        genv.update(HTTPS_PROXY=self.proxy.url, GIT_SSL_CAINFO=self.proxy.ca, GIT_TERMINAL_PROMPT="0")
+        r = subprocess.run(["git", "clone", "-q", f"{self.url}/git/r.git", dst], env=genv,
+                           capture_output=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(open(os.path.join(dst, "README")).read(), "hello through the proxy\n")
+        rows = self.proxy.wait_rows(lambda x: x["path"].startswith("/git/r.git"), n=2)
+        self.assertTrue(any("info/refs" in x["path"] for x in rows))
+        self.assertTrue(any(x["method"] == "POST" and "git-upload-pack" in x["path"] for x in rows))
+        self.assertTrue(all(x["ua"].startswith("git/") for x in rows))
+
+
+class Passthrough(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="fypass-")
+        cls.ca = TestCA(cls.tmp)
+        cert, key = cls.ca.issue(["secure.test", "pt.example.test", "sni-other.test"])
+        cls.origin = Origin(cert, key).__enter__()
+        o = cls.origin.port
+        cls.policy = (
+            'mode = "enforce"\n'
+            f'allow = ["secure.test:{o}", "pt.example.test:{o}"]\n'
+            'passthrough = ["secure.test", "*.example.test", "@node"]\n'
+        )
+        cls.proxy = Proxy(cls.policy, resolve=[("secure.test", "127.0.0.1"), ("pt.example.test", "127.0.0.1")],
+                          upstream_ca=cls.ca.cert_path).__enter__()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.proxy.__exit__(None, None, None)
+        cls.origin.__exit__(None, None, None)
+
+    def test_passthrough_blind_tunnels_and_logs_one_sni_row(self):
+        o = self.origin.port
+        # The client sees the origin's own certificate: it trusts the origin CA,
+        # not the proxy's.
+        for host in ("secure.test", "pt.example.test"):
+            r = curl(f"https://{host}:{o}/blind", proxy=self.proxy.url, cacert=self.ca.cert_path, check=True)
+            self.assertEqual(json.loads(r.stdout)["path"], "/blind")
+            row = self.proxy.wait_rows(lambda x: x["host"] == f"{host}:{o}" and x.get("passthrough"))[-1]
+            self.assertEqual(row["method"], "CONNECT")
+            self.assertEqual(row["tls"], "passthrough")
+            self.assertEqual(row["sni"], host)
+            self.assertEqual(row["status"], 0)
+            self.assertGreater(row["bytes_up"], 200)
+            self.assertGreater(row["bytes_down"], 200)
+            self.assertFalse(any(x.get("path") == "/blind" for x in self.proxy.rows() if x["host"] == f"{host}:{o}"))
+        # With only the proxy's CA the client fails: nothing was decrypted.
+        r = curl(f"https://secure.test:{o}/blind2", proxy=self.proxy.url, cacert=self.proxy.ca)
+        self.assertNotEqual(r.returncode, 0)
+
+    def test_an_sni_that_disagrees_with_the_target_is_decrypted_not_tunnelled(self):
+        o = self.origin.port
+        s, _ = connect_tunnel(self.proxy.port, f"secure.test:{o}")
+        ctx = ssl.create_default_context(cafile=self.proxy.ca)  # the proxy's CA: decrypted
+        with ctx.wrap_socket(s, server_hostname="sni-other.test") as t:
+            t.sendall(b"GET /mismatch HTTP/1.1\r\nHost: sni-other.test\r\nConnection: close\r\n\r\n")
+            resp = b""
+            while True:
+                chunk = t.recv(65536)
+                if not chunk:
+                    break
+                resp += chunk
+        self.assertEqual(http_status(resp), 403)
+        self.assertIn(b"names a different host", resp)
+        row = self.proxy.wait_rows(lambda x: x.get("sni") == "sni-other.test")[-1]
+        self.assertEqual(row["tls"], "decrypted")
+        self.assertNotIn("passthrough", row)
+        self.assertFalse(any(q["path"] == "/mismatch" for q in self.origin.requests))
+
+
+class Ipv6(unittest.TestCase):
+    def test_an_ipv6_destination_is_judged_and_served(self):
+        try:
+            socket.socket(socket.AF_INET6).bind(("::1", 0))
+        except OSError:
+            self.skipTest("no IPv6 loopback on this machine")
+        with Origin(host="::1") as origin:
+            policy = f'mode = "enforce"\nallow = ["[::1]:{origin.port}"]\n'
+            with Proxy(policy) as proxy:
+                r = curl(f"http://[::1]:{origin.port}/six", proxy=proxy.url, check=True)
+                self.assertEqual(json.loads(r.stdout)["path"], "/six")
+                row = proxy.wait_rows(lambda x: x["path"] == "/six")[-1]
+                self.assertEqual(row["host"], f"[::1]:{origin.port}")
+                # Another port on the same address is not granted.
+                out = raw_exchange(proxy.port, b"CONNECT [::1]:1 HTTP/1.1\r\n\r\n")
+                self.assertEqual(http_status(out), 403)
+                self.assertIn(b"fy allow add [::1]:1", out)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
