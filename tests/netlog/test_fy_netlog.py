@@ -575,6 +575,7 @@ class NetlogTest(unittest.TestCase):
                              stderr=subprocess.PIPE, env=e)
         self.procs.append(p)
         q = queue.Queue()
+        q.pending = {"out": [], "err": []}
 
         def pump(stream, tag):
             for raw in iter(stream.readline, b""):
@@ -586,24 +587,26 @@ class NetlogTest(unittest.TestCase):
         return p, q
 
     def take(self, q, n, tag="out", timeout=10.0):
-        """The next n lines on `tag`, failing after `timeout` seconds."""
-        got, others = [], []
+        """The next n lines on `tag` ("out" or "err"), failing after `timeout`
+        seconds; lines of the other stream are kept for a later take()."""
+        pending = q.pending
         deadline = time.monotonic() + timeout
-        while len(got) < n:
+        while len(pending[tag]) < n:
             left = deadline - time.monotonic()
             if left <= 0:
-                self.fail("timed out waiting for %d lines on %s; got %r (other: %r)" %
-                          (n, tag, got, others))
+                self.fail("timed out waiting for %d lines on %s; have %r" % (n, tag, pending))
             try:
                 t, l = q.get(timeout=left)
             except queue.Empty:
                 continue
             if l is None:
                 if t == tag:
-                    self.fail("stream %s closed; got %r" % (tag, got))
+                    self.fail("stream %s closed; have %r" % (tag, pending))
                 continue
-            (got if t == tag else others).append(l)
-        return got, others
+            pending[t].append(l)
+        got = pending[tag][:n]
+        del pending[tag][:n]
+        return got, list(pending["err" if tag == "out" else "out"])
 
     def append(self, rows, path=None):
         with open(path or self.log, "a", encoding="utf-8") as f:
@@ -616,7 +619,7 @@ class NetlogTest(unittest.TestCase):
     def stop(self, p, q):
         p.send_signal(signal.SIGINT)
         self.assertEqual(p.wait(timeout=10), 0)
-        rest = []
+        rest = [(t, l) for t in ("out", "err") for l in q.pending[t]]
         while True:
             try:
                 t, l = q.get(timeout=5)
