@@ -31,7 +31,7 @@ usage: fy-proxy [options]
   --stamp-key FILE          the forwarder's stamp key (64 hex chars, mode 0600): verify stamps
   --resolve HOST=IP         answer HOST with IP instead of DNS (repeatable)
   --learn-window SECONDS    learn window of a first-start policy (default 3600, max 28800)
-  --max-connections N       clients at once; more are answered 503 (default 8192)
+  --max-connections N       clients at once; more are answered 503 (default 16384)
   --max-head-bytes N        request head limit, 431 beyond (default 65536)
   --max-headers N           header count limit, 431 beyond (default 100)
   --head-timeout S          a started request head must arrive within S (408; default 10)

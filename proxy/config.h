@@ -16,7 +16,7 @@ namespace fy::proxy {
 struct Limits {
   size_t max_head_bytes = 64 * 1024;
   size_t max_headers = 100;
-  uint32_t max_connections = 8192;
+  uint32_t max_connections = 16384;
   uint64_t head_timeout_ms = 10'000;        // a started head must complete (408)
   uint64_t idle_timeout_ms = 60'000;        // keep-alive wait for the next request
   uint64_t connect_timeout_ms = 10'000;     // upstream connect (+ TLS) (504)
