@@ -486,9 +486,17 @@ class Proxy:
         return self.start()
 
     def __exit__(self, *exc):
-        self.stop()
+        code = self.stop()
+        err = self.stderr()
         if self.own_tmp:
             shutil.rmtree(self.dir, ignore_errors=True)
+        # A clean exit is part of every test: a crash, a sanitizer report or a
+        # leak at exit fails the test that ran the proxy.
+        if exc[0] is None:
+            if "AddressSanitizer" in err or "runtime error:" in err or "LeakSanitizer" in err:
+                raise AssertionError(f"fy-proxy reported a sanitizer error:\n{err[-4000:]}")
+            if code not in (0, None):
+                raise AssertionError(f"fy-proxy exited with {code}:\n{err[-2000:]}")
 
     def stop(self, sig=signal.SIGTERM, timeout=15):
         if self.proc and self.proc.poll() is None:
