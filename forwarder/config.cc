@@ -93,6 +93,18 @@ Result<Config> parse_config(std::string_view text, const std::string& path) {
       b->error("listen", "is not an IP address (use \"0.0.0.0\" for every bridge)");
     if (auto v = b->string("net")) c.bridge.net = *v;
     if (auto v = b->integer("poll_ms", 10, 60000)) c.bridge.poll_ms = *v;
+    if (auto v = b->string("watch")) {
+      if (*v == "events") c.bridge.watch_events = true;
+      else if (*v == "poll") c.bridge.watch_events = false;
+      else b->error("watch", "is not \"events\" (inotify + mount events + poll) or \"poll\"");
+    }
+    if (c.bridge.net != "auto") {
+      bool ok = !c.bridge.net.empty() && c.bridge.net.size() <= 64;
+      for (char ch : c.bridge.net)
+        ok = ok && ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                    (ch >= '0' && ch <= '9') || ch == '_' || ch == '.' || ch == '-');
+      if (!ok) b->error("net", "must be \"auto\" or 1-64 of [A-Za-z0-9_.-] (the stamp's net)");
+    }
     b->finish();
   }
 

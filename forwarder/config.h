@@ -43,6 +43,10 @@ struct BridgeConfig {
   // connected to (podman1, ...); anything else is written as given.
   std::string net = "auto";
   uint32_t poll_ms = 250;
+  // true: inotify on the path's directory and POLLPRI on /proc/self/mountinfo,
+  // with the poll as the fallback; false: the poll alone (for filesystems
+  // where inotify does not work, and for measuring what the hook buys).
+  bool watch_events = true;
 };
 
 struct VmConfig {

@@ -251,6 +251,21 @@ void Forwarder::rescan_bridge(const char* why) {
   notify("STATUS=" + status_line());
 }
 
+void Forwarder::on_event(const char* why) {
+  rescan_bridge(why);
+  if (bridge_current(nullptr, nullptr)) return;
+  // A namespace file is created before the namespace is mounted on it, and a
+  // mount in another mount namespace raises no event here: look again often
+  // for a while.
+  burst_until_ms_ = mono_ms() + kBurstMs;
+  uv_timer_start(&burst_timer_, [](uv_timer_t* t) {
+    auto* fw = static_cast<Forwarder*>(t->data);
+    fw->rescan_bridge("event+retry");
+    if (fw->bridge_current(nullptr, nullptr) || mono_ms() > fw->burst_until_ms_)
+      uv_timer_stop(t);
+  }, kBurstEveryMs, kBurstEveryMs);
+}
+
 void Forwarder::watch_dir() {
   std::string target = cfg_.bridge.netns.empty() ? cfg_.bridge.netns_pid_file : cfg_.bridge.netns;
   std::string dir = dirname_of(target);
@@ -270,16 +285,7 @@ void Forwarder::watch_dir() {
           });
           return;
         }
-        self->rescan_bridge("inotify");
-        if (!self->bridge_current(nullptr, nullptr)) {
-          self->burst_until_ms_ = mono_ms() + kBurstMs;
-          uv_timer_start(&self->burst_timer_, [](uv_timer_t* t) {
-            auto* fw = static_cast<Forwarder*>(t->data);
-            fw->rescan_bridge("inotify+retry");
-            if (fw->bridge_current(nullptr, nullptr) || mono_ms() > fw->burst_until_ms_)
-              uv_timer_stop(t);
-          }, kBurstEveryMs, kBurstEveryMs);
-        }
+        self->on_event("inotify");
       },
       dir.c_str(), 0);
   if (rc != 0) {
@@ -291,6 +297,15 @@ void Forwarder::watch_dir() {
 }
 
 void Forwarder::start_watches() {
+  if (cfg_.bridge.watch_events) start_event_watches();
+  uv_timer_start(&poll_timer_, [](uv_timer_t* t) {
+    auto* self = static_cast<Forwarder*>(t->data);
+    self->rescan_bridge("poll");
+    if (self->cfg_.bridge.watch_events && !self->dir_watching_) self->watch_dir();
+  }, cfg_.bridge.poll_ms, cfg_.bridge.poll_ms);
+}
+
+void Forwarder::start_event_watches() {
   watch_dir();
   mountinfo_fd_ = ::open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
   if (mountinfo_fd_ >= 0) {
@@ -298,15 +313,10 @@ void Forwarder::start_watches() {
     mount_watch_.data = this;
     uv_poll_start(&mount_watch_, UV_PRIORITIZED, [](uv_poll_t* h, int status, int events) {
       auto* self = static_cast<Forwarder*>(h->data);
-      self->rescan_bridge("mount");
+      self->on_event("mount");
     });
     mount_watching_ = true;
   }
-  uv_timer_start(&poll_timer_, [](uv_timer_t* t) {
-    auto* self = static_cast<Forwarder*>(t->data);
-    self->rescan_bridge("poll");
-    if (!self->dir_watching_) self->watch_dir();
-  }, cfg_.bridge.poll_ms, cfg_.bridge.poll_ms);
 }
 
 std::string Forwarder::status_line() {

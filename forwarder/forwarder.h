@@ -54,6 +54,8 @@ class Forwarder {
   bool bridge_current(NsId* at_path, std::string* why);
   std::string bridge_path() const;
   void start_watches();
+  void start_event_watches();
+  void on_event(const char* why);
   void watch_dir();
   Result<void> start_control();
   void on_signal(int sig);

@@ -121,6 +121,12 @@ void Listener::accept_on(Port& p) {
     } else if (net_ == "auto") {
       a.net = ifmap_.name_for(sockaddr_ip(reinterpret_cast<sockaddr*>(&a.local)));
       if (a.net.empty()) a.net = "unknown";
+      // Interface names may hold bytes the stamp's net may not.
+      if (a.net.size() > 64) a.net.resize(64);
+      for (char& ch : a.net)
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '_' || ch == '.' || ch == '-'))
+          ch = '_';
     } else {
       a.net = net_;
     }

@@ -67,6 +67,27 @@ def new_key_hex():
     return os.urandom(32).hex()
 
 
+def _die_with_parent():
+    # A test runner killed by its timeout takes what it started with it.
+    import ctypes
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+
+
+def kill_leftovers(tag):
+    """Kills processes a killed earlier run with this tag left behind (their
+    arguments name the run's /tmp/fyf-<tag>-* directory)."""
+    needle = ("/tmp/fyf-%s-" % tag).encode()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                if needle in f.read():
+                    os.kill(int(pid), signal.SIGKILL)
+        except OSError:
+            pass
+
+
 class Proc:
     """A process started in a namespace; stopped (and waited for) on close()."""
 
@@ -133,7 +154,8 @@ class Topology:
 
     def __enter__(self):
         try:
-            self.teardown(quiet=True)  # leftovers of an earlier, killed run
+            kill_leftovers(self.tag)  # leftovers of an earlier, killed run
+            self.teardown(quiet=True)
             self._build()
         except BaseException:
             self.__exit__(None, None, None)
@@ -248,7 +270,7 @@ class Topology:
         if env:
             e.update(env)
         p = subprocess.Popen(full, stdout=logf, stderr=subprocess.STDOUT, env=e,
-                             start_new_session=True)
+                             preexec_fn=_die_with_parent)
         logf.close()
         proc = Proc(p, name, log_path)
         self.procs.append(proc)

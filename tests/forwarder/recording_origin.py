@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """An origin server for the forwarder tests: answers every request with
-"origin ok <path>" and records each request's head (one JSON line per request),
+"origin ok <path>" (or, for /big/<n>, n bytes) and records each request's head (one JSON line per request),
 so a test can check that no stamp ever reaches an origin.
 
     recording_origin.py --listen 198.51.100.80:80 --log FILE
@@ -32,8 +32,19 @@ def handle(conn, logf, lock):
                                        "headers": raw}) + "\n")
                 logf.flush()
             path = lines[0].split(" ")[1] if " " in lines[0] else "?"
+            if path.startswith("/big/"):
+                # /big/<n>: n bytes, for relaying and throughput tests.
+                n = int(path[5:])
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % n)
+                block = bytes(range(256)) * 4096
+                while n > 0:
+                    conn.sendall(block[:min(n, len(block))])
+                    n -= min(n, len(block))
+                continue
             body = ("origin ok %s" % path).encode()
             conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+            if any(l.lower() == "connection: close" for l in raw):
+                return
     except OSError:
         pass
     finally:

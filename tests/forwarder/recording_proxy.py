@@ -11,9 +11,13 @@ It does what the tests need the proxy role to do, and records it:
   - two built-in targets for the close tests: http://close-first.test/ answers
     itself and closes first; http://client-first.test/ answers and waits for
     the client to close first.
-One JSON line per connection goes to --log (flushed at once).
+One JSON line per connection goes to --log (flushed at once). With
+--cpp-verifier (fyf-stamp-tool), every stamp is also judged by the C++
+verify() and ReplayGuard of core/stamp.h, recorded as "cpp_status"; the two
+verdicts must agree.
 
     recording_proxy.py --listen 192.168.5.2:42600 --key FILE --log FILE
+                       [--cpp-verifier build/tests/forwarder/fyf-stamp-tool]
 """
 
 import argparse
@@ -29,6 +33,17 @@ import fyf_stamp  # noqa: E402
 
 lock = threading.Lock()
 guard = fyf_stamp.ReplayGuard()
+cpp = None  # a running `fyf-stamp-tool serve`, used under `lock`
+
+
+def cpp_judge(value):
+    cpp.stdin.write(value + "\n")
+    cpp.stdin.flush()
+    answer = cpp.stdout.readline().strip()
+    verdict, _, rest = answer.partition(" ")
+    if verdict in ("valid", "replayed"):
+        return verdict, json.loads(rest)
+    return "invalid: " + rest, None
 
 
 def read_head(sock, limit=65536):
@@ -98,6 +113,13 @@ def handle(conn, peer, key, logf, conn_no):
                 row["stamp_status"] = "valid" if fresh else "replayed"
             except fyf_stamp.StampError as e:
                 row["stamp_status"] = "invalid: %s" % e
+            if cpp is not None:
+                with lock:
+                    row["cpp_status"], cpp_fields = cpp_judge(stamps[0])
+                py_verdict = row["stamp_status"].split(":")[0]
+                if (row["cpp_status"].split(":")[0] != py_verdict or
+                        (cpp_fields is not None and cpp_fields != row.get("stamp"))):
+                    row["cpp_mismatch"] = [row["cpp_status"], cpp_fields]
         else:
             row["stamp_status"] = "none" if not stamps else "multiple"
         if row["stamp_status"] != "valid":
@@ -162,8 +184,14 @@ def main():
     ap.add_argument("--listen", required=True)
     ap.add_argument("--key", required=True, help="the stamp key file (64 hex)")
     ap.add_argument("--log", required=True)
+    ap.add_argument("--cpp-verifier", help="fyf-stamp-tool, to judge with core/stamp.cc too")
     a = ap.parse_args()
     key = bytes.fromhex(open(a.key).read().strip())
+    global cpp
+    if a.cpp_verifier:
+        import subprocess
+        cpp = subprocess.Popen([a.cpp_verifier, "serve", key.hex()], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True)
     host, _, port = a.listen.rpartition(":")
     srv = socket.socket()
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -3,7 +3,11 @@
 //
 //   fyf-stamp-tool verify <key hex> <value>         -> JSON fields, exit 0; or the reason, exit 1
 //   fyf-stamp-tool format <key hex> <src> <net> <who|-> <seq> <boot>  -> the value
+//   fyf-stamp-tool serve <key hex>   one stamp value per stdin line; answers each
+//       with "valid <json>", "replayed <json>" or "invalid <why>": verify() and
+//       one ReplayGuard, as a proxy uses them (the recording proxy's verifier)
 #include <cstdio>
+#include <iostream>
 #include <cstdlib>
 #include <string>
 
@@ -14,7 +18,8 @@
 int main(int argc, char** argv) {
   if (argc < 2 || std::string(argv[1]) == "--help") {
     puts("usage: fyf-stamp-tool verify <key hex> <value>\n"
-         "       fyf-stamp-tool format <key hex> <src> <net> <who|-> <seq> <boot>");
+         "       fyf-stamp-tool format <key hex> <src> <net> <who|-> <seq> <boot>\n"
+         "       fyf-stamp-tool serve <key hex>");
     return argc < 2 ? 2 : 0;
   }
   std::string cmd = argv[1];
@@ -38,6 +43,27 @@ int main(int argc, char** argv) {
         .str("boot", f->boot)
         .close();
     printf("%s\n", out.c_str());
+    return 0;
+  }
+  if (cmd == "serve" && argc == 3) {
+    fy::stamp::ReplayGuard guard;
+    std::string line;
+    while (std::getline(std::cin, line)) {
+      auto f = fy::stamp::verify(line, *key);
+      if (!f) {
+        std::cout << "invalid " << f.error().message << std::endl;
+        continue;
+      }
+      std::string out;
+      fy::JsonObject(out)
+          .str("src", f->src)
+          .str("net", f->net)
+          .str("who", f->who)
+          .unum("seq", f->seq)
+          .str("boot", f->boot)
+          .close();
+      std::cout << (guard.accept(f->boot, f->seq) ? "valid " : "replayed ") << out << std::endl;
+    }
     return 0;
   }
   if (cmd == "format" && argc == 8) {

@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""A raw TCP client for the forwarder tests, run inside a namespace.
+
+It can first put itself where a test needs it to be: into a cgroup
+(--cgroup, writes its pid to cgroup.procs), under another name (--comm, via
+prctl: a "pasta" helper), as another uid (--uid, after the cgroup move). Then
+it makes --count connections, each sending the same bytes, and prints one JSON
+line per connection:
+
+  {"ok": true, "status": 200, "response": "...", "elapsed_ms": 1.2, "local": "ip:port"}
+  {"ok": false, "error": "ECONNREFUSED", "elapsed_ms": 0.1}
+
+--until length: read the response head and Content-Length bytes, then close
+first; --until eof (default): read until the server side closes.
+"""
+
+import argparse
+import base64
+import ctypes
+import errno
+import json
+import os
+import socket
+import sys
+import time
+
+
+def exchange(host, port, data, timeout, until, hold_ms):
+    t0 = time.monotonic()
+    s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    s.settimeout(timeout)
+    out = {}
+    try:
+        s.connect((host, port))
+        out["local"] = "%s:%d" % s.getsockname()[:2]
+        if data:
+            s.sendall(data)
+        buf = b""
+        need = None
+        while True:
+            if until == "length" and need is not None and len(buf) >= need:
+                break
+            chunk = s.recv(1 << 20)
+            if not chunk:
+                out["eof"] = True
+                break
+            buf += chunk
+            if until == "length" and need is None and b"\r\n\r\n" in buf:
+                head = buf[:buf.index(b"\r\n\r\n") + 4].decode("latin-1")
+                length = 0
+                for line in head.split("\r\n"):
+                    if line.lower().startswith("content-length:"):
+                        length = int(line.split(":", 1)[1])
+                need = len(head) + length
+        if hold_ms:
+            time.sleep(hold_ms / 1000.0)
+        out["ok"] = True
+        text = buf.decode("latin-1")
+        out["bytes"] = len(buf)
+        out["response"] = text[:65536]
+        if text.startswith("HTTP/"):
+            out["status"] = int(text.split(" ", 2)[1])
+    except OSError as e:
+        out["ok"] = False
+        out["error"] = errno.errorcode.get(e.errno, str(e)) if e.errno else type(e).__name__
+    finally:
+        s.close()
+    out["elapsed_ms"] = round((time.monotonic() - t0) * 1000, 3)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--connect", required=True, help="host:port")
+    ap.add_argument("--send-b64", default="")
+    ap.add_argument("--count", type=int, default=1)
+    ap.add_argument("--timeout", type=float, default=10.0)
+    ap.add_argument("--until", choices=["eof", "length"], default="eof")
+    ap.add_argument("--hold-ms", type=int, default=0, help="wait before closing")
+    ap.add_argument("--cgroup")
+    ap.add_argument("--comm")
+    ap.add_argument("--uid", type=int)
+    a = ap.parse_args()
+    if a.cgroup:
+        with open(os.path.join(a.cgroup, "cgroup.procs"), "w") as f:
+            f.write(str(os.getpid()))
+    if a.comm:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(15, a.comm.encode(), 0, 0, 0)  # PR_SET_NAME
+    if a.uid is not None:
+        os.setgroups([])
+        os.setgid(a.uid)
+        os.setuid(a.uid)
+    host, _, port = a.connect.rpartition(":")
+    data = base64.b64decode(a.send_b64) if a.send_b64 else b""
+    for _ in range(a.count):
+        print(json.dumps(exchange(host.strip("[]"), int(port), data, a.timeout, a.until,
+                                  a.hold_ms)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
