@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -16,6 +17,16 @@
 
 namespace fy::wall {
 namespace {
+
+std::vector<std::string_view> split_lines(std::string_view t) {
+  std::vector<std::string_view> v;
+  while (!t.empty()) {
+    size_t nl = t.find('\n');
+    v.push_back(t.substr(0, nl));
+    t.remove_prefix(nl == std::string_view::npos ? t.size() : nl + 1);
+  }
+  return v;
+}
 
 constexpr const char* kVersion = "0.1.0";
 
@@ -276,6 +287,55 @@ Result<Rendered> render_wall(Wall w, const Settings& s) {
   return r;
 }
 
+// What apply sends: the rendered text, plus the deletion of chains the live
+// tables hold that the rendering no longer defines (after the flush, in the
+// same transaction).
+struct Plan {
+  std::string text;
+  bool existed = false;
+  int extra_chains = 0;
+};
+
+Result<Plan> plan_apply(Nft& nft, const std::string& text, const std::vector<TableRef>& tables) {
+  Plan p;
+  std::string deletes;
+  for (const TableRef& t : tables) {
+    auto live = nft.list(t, true);
+    if (!live) return std::move(live).take_error();
+    if (!*live) continue;
+    p.existed = true;
+    std::vector<std::string> want = rendered_chains(text, t);
+    for (std::string_view line : split_list(**live, '\n')) {
+      line = trim_ows(line);
+      if (!line.starts_with("chain ")) continue;
+      std::string name(line.substr(6, line.find(' ', 6) - 6));
+      if (std::find(want.begin(), want.end(), name) != want.end()) continue;
+      deletes += fmt::format("delete chain {} {}\n", t.str(), name);
+      ++p.extra_chains;
+    }
+  }
+  size_t defs = text.find(fmt::format("table {} {{\n", tables.front().str()));
+  p.text = defs == std::string::npos ? text + deletes
+                                     : text.substr(0, defs) + deletes + text.substr(defs);
+  return p;
+}
+
+// The same ruleset with the tables deleted instead of flushed: replaces
+// chains whatever their shape, still in one transaction.
+std::string replace_whole(const std::string& text) {
+  std::string out;
+  for (std::string_view line : split_lines(text)) {
+    if (line.starts_with("flush table ")) {
+      out += "delete table ";
+      out += line.substr(12);
+    } else {
+      out += line;
+    }
+    out += '\n';
+  }
+  return out;
+}
+
 // Makes /sys/fs/cgroup a cgroup2 view when the host wall needs one.
 Result<void> host_prepare(const std::optional<HostSpec>& h) {
   bool mounted = false;
@@ -308,9 +368,23 @@ int Cli::cmd_apply() {
   if (!nft) return fail(nft.error());
   std::string names;
   for (const TableRef& t : r->tables) names += (names.empty() ? "" : ", ") + t.str();
-  if (auto a = nft->run(r->text, o_.check); !a) {
-    return fail(kExitSystem, fmt::format("{} wall not {}: {}", wall_name(*o_.wall),
-                                         o_.check ? "valid" : "applied", a.error().message));
+  auto plan = plan_apply(*nft, r->text, r->tables);
+  if (!plan) return fail(plan.error());
+  std::string how;
+  if (auto a = nft->run(plan->text, o_.check); !a) {
+    // A live chain of another shape (type, hook, priority: an older fy-wall,
+    // or a hand edit) cannot be redefined in place. Replace the tables whole
+    // instead: still one transaction.
+    auto not_applied = [&](const Error& e) {
+      return fail(kExitSystem, fmt::format("{} wall not {}: {}", wall_name(*o_.wall),
+                                           o_.check ? "valid" : "applied", e.message));
+    };
+    if (!plan->existed) return not_applied(a.error());
+    auto whole = nft->run(replace_whole(r->text), o_.check);
+    if (!whole) return not_applied(whole.error());
+    how = " — replaced whole: a live chain had another shape";
+  } else if (plan->extra_chains > 0) {
+    how = fmt::format(" — {} chain(s) it no longer defines deleted", plan->extra_chains);
   }
   if (o_.check) {
     std::string extra = r->guard ? "; the policy routes are checked for shape only" : "";
@@ -333,7 +407,8 @@ int Cli::cmd_apply() {
                               sync.error().message));
     }
   }
-  fmt::print(out_, "✓ fy-wall {} applied ({}): {}\n", wall_name(*o_.wall), names, r->summary);
+  fmt::print(out_, "✓ fy-wall {} applied ({}): {}{}\n", wall_name(*o_.wall), names, r->summary,
+             how);
   return kExitOk;
 }
 
@@ -390,16 +465,7 @@ int Cli::cmd_remove() {
 
 // A line diff (longest common subsequence): "-" live only, "+" rendered only.
 std::vector<std::string> diff_lines(std::string_view live, std::string_view want) {
-  auto split = [](std::string_view t) {
-    std::vector<std::string_view> v;
-    while (!t.empty()) {
-      size_t nl = t.find('\n');
-      v.push_back(t.substr(0, nl));
-      t.remove_prefix(nl == std::string_view::npos ? t.size() : nl + 1);
-    }
-    return v;
-  };
-  auto a = split(live), b = split(want);
+  auto a = split_lines(live), b = split_lines(want);
   if (a.size() > 2000 || b.size() > 2000) return {"(too long to compare line by line)"};
   std::vector<std::vector<uint16_t>> l(a.size() + 1, std::vector<uint16_t>(b.size() + 1, 0));
   for (size_t i = a.size(); i-- > 0;)

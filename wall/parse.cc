@@ -65,10 +65,6 @@ Result<PortRange> parse_port_item(std::string_view item) {
   return PortRange{*lo, *hi};
 }
 
-std::string format_range(const PortRange& r) {
-  return r.lo == r.hi ? fmt::format("{}", r.lo) : fmt::format("{}-{}", r.lo, r.hi);
-}
-
 Result<std::vector<PortRange>> finish_ports(std::vector<PortRange> out) {
   if (out.empty()) {
     return make_error(Errc::invalid_argument,
@@ -367,6 +363,14 @@ int cgroup_level(std::string_view normalized) {
   return 1 + static_cast<int>(std::count(normalized.begin(), normalized.end(), '/'));
 }
 
+std::string format_range(const PortRange& r) {
+  return r.lo == r.hi ? fmt::format("{}", r.lo) : fmt::format("{}-{}", r.lo, r.hi);
+}
+
+std::string format_id_range(const IdRange& r) {
+  return r.lo == r.hi ? fmt::format("{}", r.lo) : fmt::format("{}-{}", r.lo, r.hi);
+}
+
 std::string format_ipv4(uint32_t v) {
   return fmt::format("{}.{}.{}.{}", v >> 24, (v >> 16) & 0xff, (v >> 8) & 0xff, v & 0xff);
 }
@@ -389,7 +393,7 @@ std::string format_ids(const std::vector<IdRange>& ids) {
   std::string out;
   for (const IdRange& r : ids) {
     if (!out.empty()) out += ", ";
-    out += r.lo == r.hi ? fmt::format("{}", r.lo) : fmt::format("{}-{}", r.lo, r.hi);
+    out += format_id_range(r);
   }
   return out;
 }

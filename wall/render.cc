@@ -7,17 +7,24 @@
 namespace fy::wall {
 namespace {
 
-// The preamble that makes a ruleset text replace its tables whole: declare
-// (a no-op when present), delete, then the full definitions that follow.
-std::string replace_preamble(const std::vector<TableRef>& tables) {
+// Why every rule matches one value or one range, never an anonymous set
+// (`{ 4242, 100000-165535 }`): while a transaction commits, a packet that is
+// still walking the old rules looks set elements up in the new generation,
+// where the old rules' sets are already deleted. The lookup misses, and a
+// walled packet passes as not walled (or a band port is refused). The
+// storm test in tests/wall/test_apply.py measured it; docs/wall-escapes.md
+// has the numbers. Rules of plain comparisons and ranges have no such state.
+
+// The preamble that makes a ruleset text replace its tables in one
+// transaction: declare (a no-op when present) and flush (delete every rule).
+// The definitions that follow re-declare the same chains and add the rules.
+// Flushing keeps each base chain, so a packet meets exactly one chain per
+// hook, holding either all the old rules or all the new ones.
+std::string flush_preamble(const std::vector<TableRef>& tables) {
   std::string out;
-  for (const TableRef& t : tables) {
-    out += fmt::format("table {}\ndelete table {}\n", t.str(), t.str());
-  }
+  for (const TableRef& t : tables) out += fmt::format("table {}\nflush table {}\n", t.str(), t.str());
   return out;
 }
-
-std::string walled_set(const Principal& p) { return "{ " + format_ids(p.ranges()) + " }"; }
 
 std::string describe_walled(const Principal& p) {
   std::string out = fmt::format("uid {} ({})", p.uid, p.name);
@@ -40,34 +47,43 @@ std::vector<TableRef> host_tables_for(const std::string& vm) {
 }
 
 std::string render_machine(const MachineSpec& m) {
-  const std::string u = walled_set(m.walled);
-  const std::string resolvers = "{ " + format_cidrs(m.resolvers) + " }";
+  const std::vector<IdRange> walled = m.walled.ranges();
   std::string out;
   out += "# fy-wall machine wall: the guest's egress wall.\n";
   out += "# Walled: " + describe_walled(m.walled) + ".\n";
   out += "# Apply with `fy-wall apply machine`; `nft -f` on this text does the same: the\n";
-  out += "# first lines make it replace both tables whole, in one transaction. It never\n";
+  out += "# first lines make it replace both tables' rules in one transaction. It never\n";
   out += "# flushes the ruleset: it owns only its own tables.\n";
-  out += replace_preamble(machine_tables());
+  out += flush_preamble(machine_tables());
   out += fmt::format("table inet {} {{\n", kMachineTable);
   out += "\tchain output {\n";
   out += "\t\ttype filter hook output priority 0; policy accept;\n";
-  out += "\t\t# loopback is always open; so are replies to flows already admitted\n";
+  out += "\t\t# loopback is always open\n";
   out += "\t\toifname \"lo\" accept\n";
-  out += "\t\tct state established,related accept\n";
   out += "\t\t# The policy is accept: only what a walled principal's socket sends is\n";
   out += "\t\t# judged. The reference wrote `meta skuid != { ... } accept`, which never\n";
   out += "\t\t# matches a packet without a user socket (neighbour discovery, MLD, IGMP),\n";
   out += "\t\t# so it refused the kernel's own packets for everyone (docs/wall-escapes.md).\n";
-  out += fmt::format("\t\tmeta skuid {} jump walled\n", u);
+  for (const IdRange& r : walled) {
+    out += fmt::format("\t\tmeta skuid {} jump walled\n", format_id_range(r));
+  }
   out += "\t}\n";
   out += "\tchain walled {\n";
+  out += "\t\t# Replies on flows others opened to them. Not `ct state established`, which\n";
+  out += "\t\t# the reference accepted for everyone first: a walled socket bound to the\n";
+  out += "\t\t# port of root's finished UDP exchange met root's conntrack entry and got\n";
+  out += "\t\t# out (docs/wall-escapes.md). Their own flows meet the rules below again.\n";
+  out += "\t\tct direction reply accept\n";
   out += "\t\t# DNS only to private resolvers: a public :53 is an exfil tunnel\n";
-  out += fmt::format("\t\tip daddr {} udp dport 53 accept\n", resolvers);
-  out += fmt::format("\t\tip daddr {} tcp dport 53 accept\n", resolvers);
+  for (const Cidr4& c : m.resolvers) {
+    out += fmt::format("\t\tip daddr {} udp dport 53 accept\n", format_cidr(c));
+    out += fmt::format("\t\tip daddr {} tcp dport 53 accept\n", format_cidr(c));
+  }
   out += "\t\t# the project's daemon ports on the host gateway, and nothing else there\n";
-  out += fmt::format("\t\tip daddr {} tcp dport {{ {} }} accept\n", format_ipv4(m.gateway),
-                     format_ports(m.ports));
+  for (const PortRange& p : m.ports) {
+    out += fmt::format("\t\tip daddr {} tcp dport {} accept\n", format_ipv4(m.gateway),
+                       format_range(p));
+  }
   out += "\t\t# everything else: logged, then refused (TCP reset, ICMP otherwise)\n";
   out += "\t\tlog prefix \"fy-wall-deny \" counter\n";
   out += "\t\tmeta l4proto tcp reject with tcp reset\n";
@@ -75,9 +91,12 @@ std::string render_machine(const MachineSpec& m) {
   out += "\t}\n";
   out += "\tchain forward {\n";
   out += "\t\ttype filter hook forward priority 0; policy accept;\n";
-  out += "\t\tct state established,related accept\n";
+  out += "\t\t# replies; the first direction of a flow is judged on every packet\n";
+  out += "\t\tct direction reply accept\n";
   out += "\t\t# forwarded traffic (no uid to match) may go to private destinations only\n";
-  out += fmt::format("\t\tip daddr {{ {} }} accept\n", format_cidrs(m.forward_allow));
+  for (const Cidr4& c : m.forward_allow) {
+    out += fmt::format("\t\tip daddr {} accept\n", format_cidr(c));
+  }
   out += "\t\tlog prefix \"fy-wall-deny-fwd \" counter\n";
   out += "\t\treject\n";
   out += "\t}\n";
@@ -86,7 +105,9 @@ std::string render_machine(const MachineSpec& m) {
   out += "\tchain output {\n";
   out += "\t\ttype filter hook output priority 0; policy accept;\n";
   out += "\t\t# only what a walled principal's socket sends is judged, as in inet fy_wall\n";
-  out += fmt::format("\t\tmeta skuid {} jump walled\n", u);
+  for (const IdRange& r : walled) {
+    out += fmt::format("\t\tmeta skuid {} jump walled\n", format_id_range(r));
+  }
   out += "\t}\n";
   out += "\tchain walled {\n";
   out += "\t\t# IPv6 only on loopback: the walled principals take the IPv4 proxy path\n";
@@ -99,36 +120,43 @@ std::string render_machine(const MachineSpec& m) {
 }
 
 std::string render_guard(const GuardSpec& g) {
-  const std::string u = walled_set(g.walled);
   const std::string gw = format_ipv4(g.gateway);
-  const std::string ports = "{ " + format_ports(g.ports) + " }";
+  const std::vector<IdRange> walled = g.walled.ranges();
   std::string out;
   out += "# fy-wall guard: the forwarder's own table (ADR-0034, amended). It leaves the\n";
   out += "# machine wall's tables and boot script untouched.\n";
   out += "# Walled: " + describe_walled(g.walled) + ".\n";
-  out += "# Apply with `fy-wall apply guard`: this text replaces the table whole, in one\n";
+  out += "# Apply with `fy-wall apply guard`: this text replaces the table's rules in one\n";
   out += "# transaction, and the policy routes listed at the end are set through netlink.\n";
-  out += replace_preamble(guard_tables());
+  out += flush_preamble(guard_tables());
   out += fmt::format("table ip {} {{\n", kGuardTable);
   out += "\t# the walled principals' connections to the daemon ports go to the\n";
   out += "\t# forwarder's VM listener; the destination port is kept\n";
   out += "\tchain to_forwarder {\n";
   out += "\t\ttype nat hook output priority -100; policy accept;\n";
-  out += fmt::format("\t\tmeta skuid {} ip daddr {} tcp dport {} dnat to {}\n", u, gw, ports,
-                     format_ipv4(g.listener));
+  for (const IdRange& r : walled) {
+    for (const PortRange& p : g.ports) {
+      out += fmt::format("\t\tmeta skuid {} ip daddr {} tcp dport {} dnat to {}\n",
+                         format_id_range(r), gw, format_range(p), format_ipv4(g.listener));
+    }
+  }
   out += "\t}\n";
   out += "\t# anything of theirs still addressed to the daemon ports is refused: a reject\n";
   out += "\t# in any base chain is final, whatever the machine wall's table accepts\n";
   out += "\tchain guard {\n";
   out += "\t\ttype filter hook output priority 0; policy accept;\n";
-  out += fmt::format(
-      "\t\tmeta skuid {} ip daddr {} tcp dport {} log prefix \"fy-guard-deny \" counter "
-      "reject with tcp reset\n",
-      u, gw, ports);
-  out += fmt::format(
-      "\t\tmeta skuid {} ip daddr {} udp dport {} log prefix \"fy-guard-deny \" counter "
-      "reject\n",
-      u, gw, ports);
+  for (const IdRange& r : walled) {
+    for (const PortRange& p : g.ports) {
+      out += fmt::format(
+          "\t\tmeta skuid {} ip daddr {} tcp dport {} log prefix \"fy-guard-deny \" counter "
+          "reject with tcp reset\n",
+          format_id_range(r), gw, format_range(p));
+      out += fmt::format(
+          "\t\tmeta skuid {} ip daddr {} udp dport {} log prefix \"fy-guard-deny \" counter "
+          "reject\n",
+          format_id_range(r), gw, format_range(p));
+    }
+  }
   out += "\t}\n";
   out += "}\n";
   out += "# Policy routes (netlink, owned by priority and table): the walled principals'\n";
@@ -148,9 +176,9 @@ std::string render_host(const HostSpec& h) {
   out += fmt::format("# fy-wall host wall for VM '{}': its processes (cgroup {})\n", h.vm,
                      h.cgroup);
   out += "# may reach DNS, and loopback only on the project's port band.\n";
-  out += "# Apply with `fy-wall apply host`: this text replaces the table whole, in one\n";
+  out += "# Apply with `fy-wall apply host`: this text replaces the table's rules in one\n";
   out += "# transaction. The cgroup must exist when it is applied (nft keys on its id).\n";
-  out += replace_preamble(host_tables(h));
+  out += flush_preamble(host_tables(h));
   out += fmt::format("table inet {} {{\n", table);
   out += "\tchain output {\n";
   out += "\t\ttype filter hook output priority filter; policy accept;\n";
@@ -173,7 +201,9 @@ std::string render_host(const HostSpec& h) {
   out += "\t\tct state established,related accept\n";
   out += "\t\t# the VM's own listeners, and the project's port band\n";
   out += fmt::format("\t\t{} accept\n", cg);
-  out += fmt::format("\t\ttcp dport {{ {} }} accept\n", format_ports(h.ports));
+  for (const PortRange& p : h.ports) {
+    out += fmt::format("\t\ttcp dport {} accept\n", format_range(p));
+  }
   out += "\t\tmeta l4proto tcp counter reject with tcp reset\n";
   out += "\t\tcounter reject with icmpx type admin-prohibited\n";
   out += "\t}\n";
@@ -182,15 +212,30 @@ std::string render_host(const HostSpec& h) {
 }
 
 std::string render_remove(const std::vector<TableRef>& tables) {
-  return replace_preamble(tables);
+  std::string out;
+  for (const TableRef& t : tables) out += fmt::format("table {}\ndelete table {}\n", t.str(), t.str());
+  return out;
+}
+
+std::vector<std::string> rendered_chains(const std::string& text, const TableRef& table) {
+  std::vector<std::string> out;
+  const std::string open = fmt::format("table {} {{\n", table.str());
+  size_t at = text.find(open);
+  if (at == std::string::npos) return out;
+  size_t end = text.find("\n}\n", at);
+  std::string_view body(text.data() + at, (end == std::string::npos ? text.size() : end) - at);
+  size_t pos = 0;
+  while ((pos = body.find("\n\tchain ", pos)) != std::string_view::npos) {
+    pos += 8;
+    size_t sp = body.find(' ', pos);
+    out.emplace_back(body.substr(pos, sp - pos));
+  }
+  return out;
 }
 
 std::string PolicyRule::str() const {
   return fmt::format("priority {} uidrange {}-{} to {}/32 ipproto tcp dport {} lookup {}",
-                     priority, uids.lo, uids.hi, format_ipv4(to),
-                     dport.lo == dport.hi ? fmt::format("{}", dport.lo)
-                                          : fmt::format("{}-{}", dport.lo, dport.hi),
-                     table);
+                     priority, uids.lo, uids.hi, format_ipv4(to), format_range(dport), table);
 }
 
 std::vector<PolicyRule> guard_rules(const GuardSpec& g) {

@@ -1,8 +1,9 @@
 // The three rulesets as nft text, pure functions of their specs. The text is
 // what `fy-wall render` prints, what the golden files pin, and what `apply`
 // hands libnftables as one transaction. Each ruleset begins by declaring and
-// deleting its own tables, so the whole text replaces them atomically, and
-// `nft -f` on a saved copy does the same: never `flush ruleset`.
+// flushing its own tables, so the whole text replaces their rules atomically,
+// and `nft -f` on a saved copy does the same: never `flush ruleset`. No rule
+// uses an anonymous set (render.cc says why).
 #pragma once
 
 #include <cstdint>
@@ -33,6 +34,9 @@ std::string render_host(const HostSpec& h);
 // Deletes `tables` if present, in one transaction ("table X" then
 // "delete table X": declaring an existing table is a no-op).
 std::string render_remove(const std::vector<TableRef>& tables);
+
+// The names of the chains a rendered text defines in `table`, in order.
+std::vector<std::string> rendered_chains(const std::string& text, const TableRef& table);
 
 // One uid-scoped policy rule of the guard: the walled uid range's TCP
 // connections to gateway:dport look up `table`, whose one route sends them

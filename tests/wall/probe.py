@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """One connection attempt, as a client of fy-wall's proofs sees it.
 
-    probe.py KIND HOST PORT [--timeout S] [--bind-dev DEV] [--payload TEXT]
+    probe.py KIND HOST PORT [--timeout S] [--bind-dev DEV] [--bind-port P]
+             [--payload TEXT]
 
 KIND: tcp, udp (IPv4 or IPv6 by the address), tcp-mapped (an AF_INET6 socket
 to ::ffff:HOST), tcp-fastopen (data in the SYN), udp-broadcast, icmp (an
@@ -75,6 +76,7 @@ def main():
     ap.add_argument("port", type=int)
     ap.add_argument("--timeout", type=float, default=2.0)
     ap.add_argument("--bind-dev", default="")
+    ap.add_argument("--bind-port", type=int, default=0)
     ap.add_argument("--payload", default="ping")
     a = ap.parse_args()
     t0 = time.monotonic()
@@ -98,6 +100,10 @@ def main():
         if a.bind_dev:
             attempt("bind", lambda: s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE,
                                                  a.bind_dev.encode()), t0)
+        if a.bind_port:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            attempt("bind", lambda: s.bind(("::" if fam == socket.AF_INET6 else "0.0.0.0",
+                                            a.bind_port)), t0)
         if kind == "tcp-fastopen":
             s.setblocking(True)  # a timeout makes the socket non-blocking: EINPROGRESS
             s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
@@ -129,6 +135,8 @@ def main():
         if a.bind_dev:
             attempt("bind", lambda: s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE,
                                                  a.bind_dev.encode()), t0)
+        if a.bind_port:
+            attempt("bind", lambda: s.bind(("::" if v6 else "0.0.0.0", a.bind_port)), t0)
         attempt("connect", lambda: s.connect((host, port)), t0)
         attempt("send", lambda: s.send(a.payload.encode()), t0)
         reply = read_line(s, t0)
