@@ -209,12 +209,15 @@ def cgroup(relative):
 
 
 class Server:
-    """serve.py in a namespace, as root; `records()` are its stdout lines."""
+    """serve.py in a namespace (as root unless `uid`); `records()` are its stdout lines."""
 
-    def __init__(self, ns, name, *specs, cgroup=None):
+    def __init__(self, ns, name, *specs, cgroup=None, uid=0):
         fd, self.log = tempfile.mkstemp(prefix=f"fyw-{PID}-serve-")
         on_cleanup(lambda: os.unlink(self.log), f"log {self.log}")
-        cmd = nsexec(ns, PY, SERVE, name, *specs)
+        inner = [PY, SERVE, name, *specs]
+        if uid:
+            inner = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *inner]
+        cmd = nsexec(ns, *inner)
         if cgroup:
             cmd = in_cgroup(cgroup, cmd)
         self.p = spawn(cmd, stdout=fd, stderr=subprocess.STDOUT)
@@ -425,3 +428,45 @@ def log_addr(ip):
     import ipaddress
     a = ipaddress.ip_address(ip)
     return a.exploded if a.version == 6 else str(a)
+
+
+def reference_machine_wall():
+    """The reference's exact tables (wall-lifecycle-filter.md section 1), for
+    the controls that show why fy-wall departs from them (docs/wall-escapes.md)."""
+    u = f"{WALLED_UID}, {SUBUID_START}-{SUBUID_START + SUBUID_COUNT - 1}"
+    private = "{ 127.0.0.0/8, 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16 }"
+    return f"""table inet fy_wall
+delete table inet fy_wall
+table ip6 fy_wall6
+delete table ip6 fy_wall6
+table inet fy_wall {{
+  chain output {{
+    type filter hook output priority 0; policy accept;
+    oifname "lo" accept
+    ct state established,related accept
+    meta skuid != {{ {u} }} accept
+    ip daddr {private} udp dport 53 accept
+    ip daddr {private} tcp dport 53 accept
+    ip daddr {GuestTopology.GW} tcp dport {{ 41000-41089, 41100-41189 }} accept
+    log prefix "fy-wall-deny " counter
+    meta l4proto tcp reject with tcp reset
+    reject
+  }}
+  chain forward {{
+    type filter hook forward priority 0; policy accept;
+    ct state established,related accept
+    ip daddr {private} accept
+    log prefix "fy-wall-deny-fwd " counter
+    reject
+  }}
+}}
+table ip6 fy_wall6 {{
+  chain output {{
+    type filter hook output priority 0; policy accept;
+    meta skuid != {{ {u} }} accept
+    oifname "lo" accept
+    log prefix "fy-wall-deny6 " counter
+    reject
+  }}
+}}
+"""

@@ -77,6 +77,7 @@ def main():
     ap.add_argument("--timeout", type=float, default=2.0)
     ap.add_argument("--bind-dev", default="")
     ap.add_argument("--bind-port", type=int, default=0)
+    ap.add_argument("--sockopt", default="", choices=["", "mark", "transparent", "freebind"])
     ap.add_argument("--payload", default="ping")
     a = ap.parse_args()
     t0 = time.monotonic()
@@ -100,6 +101,10 @@ def main():
         if a.bind_dev:
             attempt("bind", lambda: s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE,
                                                  a.bind_dev.encode()), t0)
+        if a.sockopt == "mark":  # route or match by fwmark: needs CAP_NET_ADMIN
+            attempt("setsockopt", lambda: s.setsockopt(socket.SOL_SOCKET, socket.SO_MARK, 1), t0)
+        if a.sockopt == "transparent":  # send from a foreign address
+            attempt("setsockopt", lambda: s.setsockopt(socket.SOL_IP, 19, 1), t0)
         if a.bind_port:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             attempt("bind", lambda: s.bind(("::" if fam == socket.AF_INET6 else "0.0.0.0",

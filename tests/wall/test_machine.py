@@ -22,48 +22,6 @@ T = n.GuestTopology
 U, SUB_LO, SUB_HI = n.WALLED_UID, n.SUBUID_START, n.SUBUID_START + n.SUBUID_COUNT - 1
 
 
-def reference_machine_wall():
-    """The reference's exact tables (wall-lifecycle-filter.md section 1), for
-    the control that shows why fy-wall judges only walled sockets."""
-    u = f"{U}, {SUB_LO}-{SUB_HI}"
-    private = "{ 127.0.0.0/8, 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16 }"
-    return f"""table inet fy_wall
-delete table inet fy_wall
-table ip6 fy_wall6
-delete table ip6 fy_wall6
-table inet fy_wall {{
-  chain output {{
-    type filter hook output priority 0; policy accept;
-    oifname "lo" accept
-    ct state established,related accept
-    meta skuid != {{ {u} }} accept
-    ip daddr {private} udp dport 53 accept
-    ip daddr {private} tcp dport 53 accept
-    ip daddr {T.GW} tcp dport {{ 41000-41089, 41100-41189 }} accept
-    log prefix "fy-wall-deny " counter
-    meta l4proto tcp reject with tcp reset
-    reject
-  }}
-  chain forward {{
-    type filter hook forward priority 0; policy accept;
-    ct state established,related accept
-    ip daddr {private} accept
-    log prefix "fy-wall-deny-fwd " counter
-    reject
-  }}
-}}
-table ip6 fy_wall6 {{
-  chain output {{
-    type filter hook output priority 0; policy accept;
-    meta skuid != {{ {u} }} accept
-    oifname "lo" accept
-    log prefix "fy-wall-deny6 " counter
-    reject
-  }}
-}}
-"""
-
-
 class MachineWall(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -204,7 +162,7 @@ class MachineWall(unittest.TestCase):
         n.sh("ip", "-n", self.t.guest, "-6", "neigh", "flush", "all")
         n.sh("ip", "-n", self.t.host, "-6", "neigh", "flush", "all")
         self.reaches(self.t.guest, 0, "tcp", T.PUBLIC6, 443, "public tcp")
-        reference = reference_machine_wall()
+        reference = n.reference_machine_wall()
         try:
             n.sh(*n.nsexec(self.t.guest, "nft", "-f", "-"), input=reference)
             n.sh("ip", "-n", self.t.guest, "-6", "neigh", "flush", "all")
