@@ -1,0 +1,46 @@
+// libFuzzer target: fy-wall's config reader and value parsers over arbitrary
+// bytes (the config is operator input; /etc/subuid is the system's). Whatever
+// reads cleanly is also rendered, with a made-up principal in place of the
+// passwd lookup, so the renderers see every value the reader accepts.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "wall/config.h"
+#include "wall/parse.h"
+#include "wall/render.h"
+
+using namespace fy::wall;
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  std::string_view text(reinterpret_cast<const char*>(data), size);
+  (void)parse_subuid(text, "fuzz", 4242, "subuid");
+  (void)parse_ports(text);
+  (void)parse_cidrs(text);
+  (void)parse_cgroup_path(text);
+  (void)parse_user(text);
+
+  auto s = read_config(text, "fuzz.toml");
+  if (!s) return 0;
+  Principal who{4242, "fuzz", {{100000, 165535}}};
+  const MachineKeys& mk = s->machine;
+  if (mk.gateway && mk.ports) {
+    MachineSpec m{who, mk.gateway->value, mk.ports->value,
+                  mk.resolvers ? mk.resolvers->value : *parse_cidrs(kPrivateRanges),
+                  mk.forward_allow ? mk.forward_allow->value : *parse_cidrs(kPrivateRanges)};
+    std::string t = render_machine(m);
+    (void)rendered_chains(t, {"inet", kMachineTable});
+  }
+  const GuardKeys& gk = s->guard;
+  auto gw = gk.gateway ? gk.gateway : mk.gateway;
+  auto ports = gk.ports ? gk.ports : mk.ports;
+  if (gw && ports) {
+    auto [table, prio] = guard_route_ids(*s);
+    GuardSpec g{who, gw->value, ports->value,
+                gk.listener ? gk.listener->value : *parse_ipv4(kDefaultListener), table, prio};
+    (void)render_guard(g);
+  }
+  if (auto h = host_spec(*s)) (void)render_host(*h);
+  return 0;
+}

@@ -1,0 +1,212 @@
+// Unit tests for fy-wall's parsers, config reader and renderers: the pure
+// parts, without nftables, netlink or the passwd database (those are proven
+// by the namespace tests beside this file).
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "wall/config.h"
+#include "wall/parse.h"
+#include "wall/render.h"
+
+using namespace fy::wall;
+
+namespace {
+
+std::string err(const fy::Error& e) { return e.message; }
+
+MachineSpec machine() {
+  MachineSpec m;
+  m.walled = Principal{4242, "fywalice", {{100000, 165535}}};
+  m.gateway = *parse_ipv4("192.168.5.2");
+  m.ports = *parse_ports("41000-41089, 41100-41189");
+  m.resolvers = *parse_cidrs(kPrivateRanges);
+  m.forward_allow = *parse_cidrs(kPrivateRanges);
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("ports: single ports, ranges, sorted, overlaps and bounds refused") {
+  auto p = parse_ports(" 41100-41189 ,41000, 42000-42000");
+  REQUIRE(p.ok());
+  CHECK(format_ports(*p) == "41000, 41100-41189, 42000");
+  CHECK(err(parse_ports("41000-41089,41089").error()).find("overlap") != std::string::npos);
+  CHECK(err(parse_ports("0").error()).find("out of range (1..65535)") != std::string::npos);
+  CHECK(err(parse_ports("65536").error()).find("out of range") != std::string::npos);
+  CHECK(err(parse_ports("2-1").error()).find("runs backwards") != std::string::npos);
+  CHECK_FALSE(parse_ports("").ok());
+  CHECK_FALSE(parse_ports("1-2-3").ok());
+  CHECK_FALSE(parse_ports("+5").ok());
+  CHECK_FALSE(parse_ports(std::vector<std::string>{"1,2"}).ok());  // one per element
+  CHECK(parse_ports(std::vector<std::string>{"1", "3-4"}).ok());
+}
+
+TEST_CASE("IPv4 addresses: dotted quad, no leading zeros, nothing else") {
+  CHECK(*parse_ipv4("192.168.5.2") == 0xc0a80502u);
+  CHECK(*parse_ipv4("0.0.0.0") == 0u);
+  CHECK(*parse_ipv4("255.255.255.255") == 0xffffffffu);
+  for (const char* bad : {"", "1.2.3", "1.2.3.4.", "01.2.3.4", "1.2.3.256", "1.2.3.-4",
+                          "1..2.3", "a.b.c.d", "1.2.3.4 ", "::1", "1.2.3.4/8"}) {
+    CAPTURE(bad);
+    CHECK_FALSE(parse_ipv4(bad).ok());
+  }
+  CHECK(format_ipv4(0xc0a80502u) == "192.168.5.2");
+}
+
+TEST_CASE("prefixes: host bits, lengths, overlaps") {
+  auto c = parse_cidr4("10.0.0.0/8");
+  REQUIRE(c.ok());
+  CHECK(c->prefix == 8);
+  CHECK(format_cidr(*parse_cidr4("127.0.0.53")) == "127.0.0.53");
+  CHECK(format_cidr(*parse_cidr4("0.0.0.0/0")) == "0.0.0.0/0");
+  CHECK(err(parse_cidr4("10.0.0.1/8").error()).find("write 10.0.0.0/8") != std::string::npos);
+  CHECK_FALSE(parse_cidr4("10.0.0.0/33").ok());
+  CHECK_FALSE(parse_cidr4("10.0.0.0/").ok());
+  CHECK_FALSE(parse_cidr4("10.0.0.0/008").ok());
+  CHECK(err(parse_cidrs("10.0.0.0/8, 10.9.0.0/16").error()).find("overlap") != std::string::npos);
+  CHECK(format_cidrs(*parse_cidrs(kPrivateRanges)) ==
+        "127.0.0.0/8, 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16");
+}
+
+TEST_CASE("users: names and uids") {
+  CHECK(parse_user("alice")->name == "alice");
+  CHECK(parse_user("1000")->numeric);
+  CHECK(parse_user("1000")->uid == 1000u);
+  CHECK(parse_user("machine$")->name == "machine$");
+  CHECK_FALSE(parse_user("").ok());
+  CHECK_FALSE(parse_user("-rf").ok());
+  CHECK_FALSE(parse_user("a b").ok());
+  CHECK_FALSE(parse_user("a$b").ok());
+  CHECK_FALSE(parse_user("4294967295").ok());
+}
+
+TEST_CASE("subuid: the first line for the name or the uid decides") {
+  const char* text = "bob:1:2\nalice:100000:65536\n1000:200000:10\nalice:300000:5\n";
+  auto r = parse_subuid(text, "alice", 1000, "/etc/subuid");
+  REQUIRE(r.ok());
+  REQUIRE(r->size() == 1);
+  CHECK((*r)[0] == IdRange{100000, 165535});
+  r = parse_subuid(text, "carol", 1000, "/etc/subuid");  // keyed by uid
+  CHECK((*r)[0] == IdRange{200000, 200009});
+  CHECK(parse_subuid(text, "dave", 7, "f")->empty());
+  CHECK(parse_subuid("alice:5:0\n", "alice", 1, "f")->empty());
+  CHECK(parse_subuid("", "alice", 1, "f")->empty());
+  CHECK(err(parse_subuid("x\nalice:5\n", "alice", 1, "/s").error()).find("/s:2:") == 0);
+  CHECK(err(parse_subuid("alice:0:5\n", "alice", 1, "/s").error()).find("uid 0") !=
+        std::string::npos);
+  CHECK_FALSE(parse_subuid("alice:4294967290:100\n", "alice", 1, "/s").ok());
+  CHECK(parse_subuid("alice:10:5\r\n", "alice", 1, "/s")->at(0) == IdRange{10, 14});
+}
+
+TEST_CASE("host wall names: nft-safe table, cgroup paths and levels") {
+  CHECK(host_table_name("my-vm+2") == "fy_host_wall_my_vm_2");
+  CHECK(host_table_name("a.b/c_D9") == "fy_host_wall_a.b/c_D9");
+  CHECK(*parse_cgroup_path("/user.slice/fy.slice/") == "user.slice/fy.slice");
+  CHECK(cgroup_level("user.slice/fy.slice") == 2);
+  CHECK(cgroup_level("a") == 1);
+  CHECK_FALSE(parse_cgroup_path("a//b").ok());
+  CHECK_FALSE(parse_cgroup_path("a/../b").ok());
+  CHECK_FALSE(parse_cgroup_path("a/\"b").ok());
+  CHECK_FALSE(parse_cgroup_path("a/fy\\x2dm.slice").ok());
+  CHECK_FALSE(parse_cgroup_path("//").ok());
+  CHECK_FALSE(parse_vm_name("a b").ok());
+  CHECK_FALSE(parse_vm_name(std::string(65, 'a')).ok());
+  CHECK(format_mark(41000) == "0xf400a028");
+}
+
+TEST_CASE("config: sections, types, unknown keys, file:line errors") {
+  auto s = read_config(
+      "[machine]\nuser = 1000\ngateway = \"192.168.5.2\"\nports = \"41000-41089\"\n"
+      "[guard]\nroute_table = 100\n[host]\nvm = \"dev\"\ncgroup = \"a/b\"\n"
+      "ports = [\"41000-41199\"]\n",
+      "t.toml");
+  REQUIRE(s.ok());
+  CHECK(s->has_machine);
+  CHECK(s->machine.user->value.uid == 1000u);
+  CHECK(s->machine.gateway->where == "t.toml:3:11");
+  CHECK(guard_route_ids(*s) == std::pair<uint32_t, uint32_t>{100, kDefaultRulePriority});
+  auto h = host_spec(*s);
+  REQUIRE(h.ok());
+  CHECK(h->proxy_port_base == 41000);
+
+  auto bad = read_config("[machine]\nports = [\"1\", 2]\nuser = true\nwhat = 1\n[x]\n", "b.toml");
+  REQUIRE_FALSE(bad.ok());
+  const std::string& m = bad.error().message;
+  CHECK(m.find("b.toml:2:15: [machine].ports[1]: expected a string") != std::string::npos);
+  CHECK(m.find("b.toml:3:8: [machine].user: expected a login name or a uid") !=
+        std::string::npos);
+  CHECK(m.find("b.toml:4:8: unknown key 'what' in [machine]") != std::string::npos);
+  CHECK(m.find("unknown key 'x' in the top level") != std::string::npos);
+  CHECK(read_config("not toml = = 1", "c.toml").error().message.find("c.toml:1:") == 0);
+}
+
+TEST_CASE("flags: override the config, and belong to one wall") {
+  Settings s;
+  Flags f;
+  f.ports = "41000";
+  f.gateway = "192.168.5.2";
+  REQUIRE(apply_flags(s, Wall::machine, f).ok());
+  CHECK(s.machine.ports->where == "--ports");
+  Flags g;
+  g.vm = "dev";
+  CHECK(err(apply_flags(s, Wall::machine, g).error()).find("--vm belongs to the host wall") !=
+        std::string::npos);
+  Flags r;
+  r.route_table = "254";
+  CHECK(err(apply_flags(s, Wall::guard, r).error()).find("reserved") != std::string::npos);
+  r.route_table = "x";
+  CHECK_FALSE(apply_flags(s, Wall::guard, r).ok());
+  Flags l;
+  l.listener = "10.0.0.1";
+  CHECK_FALSE(apply_flags(s, Wall::guard, l).ok());
+  Flags p;
+  p.rule_priority = "32766";
+  CHECK_FALSE(apply_flags(s, Wall::guard, p).ok());
+}
+
+TEST_CASE("render: one value per rule, flushing preamble, walled chain first") {
+  std::string t = render_machine(machine());
+  CHECK(t.find("table inet fy_wall\nflush table inet fy_wall\n") != std::string::npos);
+  CHECK(t.find("flush ruleset") == std::string::npos);
+  CHECK(t.find("meta skuid 4242 jump walled\n\t\tmeta skuid 100000-165535 jump walled") !=
+        std::string::npos);
+  CHECK(t.find("ip daddr 192.168.5.2 tcp dport 41100-41189 accept") != std::string::npos);
+  std::string rules;  // the text without its comments
+  for (size_t at = 0; at < t.size();) {
+    size_t nl = t.find('\n', at);
+    std::string line = t.substr(at, nl - at);
+    at = nl == std::string::npos ? t.size() : nl + 1;
+    if (line.find_first_not_of('\t') != std::string::npos &&
+        line[line.find_first_not_of('\t')] != '#') {
+      rules += line + "\n";
+    }
+  }
+  CHECK(rules.find("ct state established") == std::string::npos);
+  CHECK(rules.find("{ ") == std::string::npos);  // no anonymous sets
+  CHECK(rendered_chains(t, {"inet", "fy_wall"}) ==
+        std::vector<std::string>{"output", "walled", "forward"});
+  CHECK(rendered_chains(t, {"ip6", "fy_wall6"}) == std::vector<std::string>{"output", "walled"});
+  CHECK(render_remove(machine_tables()) ==
+        "table inet fy_wall\ndelete table inet fy_wall\ntable ip6 fy_wall6\n"
+        "delete table ip6 fy_wall6\n");
+}
+
+TEST_CASE("guard: the rule product and its routes") {
+  GuardSpec g;
+  g.walled = Principal{4242, "fywalice", {{100000, 165535}}};
+  g.gateway = *parse_ipv4("192.168.5.2");
+  g.ports = *parse_ports("41000-41089,41100-41189");
+  g.listener = *parse_ipv4(kDefaultListener);
+  g.route_table = 4747;
+  g.rule_priority = 4747;
+  auto rules = guard_rules(g);
+  REQUIRE(rules.size() == 4);
+  CHECK(rules[3].str() ==
+        "priority 4747 uidrange 100000-165535 to 192.168.5.2/32 ipproto tcp dport "
+        "41100-41189 lookup 4747");
+  std::string t = render_guard(g);
+  CHECK(t.find("meta skuid 4242 ip daddr 192.168.5.2 tcp dport 41000-41089 dnat to 127.42.0.1") !=
+        std::string::npos);
+  CHECK(t.find("#   ip route replace 192.168.5.2/32 dev lo table 4747") != std::string::npos);
+}
