@@ -69,7 +69,9 @@ it cannot be read.
 )";
 
 volatile sig_atomic_t g_stop = 0;
-void on_signal(int) { g_stop = 1; }
+void on_signal(int) {
+  g_stop = 1;
+}
 
 enum class View { summary, rows, refusals };
 
@@ -103,21 +105,25 @@ bool parse_long(const char* s, long lo, long hi, long* out) {
 // Returns -1 to go on, else the exit code.
 int parse_args(int argc, char** argv, Args& a, int64_t now_ms) {
   enum { kHost = 256, kStatus, kSince, kUntil, kJson, kUtc, kWidth, kVersion };
-  static const option opts[] = {
-      {"follow", no_argument, nullptr, 'f'},   {"lines", required_argument, nullptr, 'n'},
-      {"host", required_argument, nullptr, kHost},
-      {"status", required_argument, nullptr, kStatus},
-      {"since", required_argument, nullptr, kSince},
-      {"until", required_argument, nullptr, kUntil},
-      {"json", no_argument, nullptr, kJson},   {"utc", no_argument, nullptr, kUtc},
-      {"width", required_argument, nullptr, kWidth},
-      {"help", no_argument, nullptr, 'h'},     {"version", no_argument, nullptr, kVersion},
-      {nullptr, 0, nullptr, 0}};
+  static const option opts[] = {{"follow", no_argument, nullptr, 'f'},
+                                {"lines", required_argument, nullptr, 'n'},
+                                {"host", required_argument, nullptr, kHost},
+                                {"status", required_argument, nullptr, kStatus},
+                                {"since", required_argument, nullptr, kSince},
+                                {"until", required_argument, nullptr, kUntil},
+                                {"json", no_argument, nullptr, kJson},
+                                {"utc", no_argument, nullptr, kUtc},
+                                {"width", required_argument, nullptr, kWidth},
+                                {"help", no_argument, nullptr, 'h'},
+                                {"version", no_argument, nullptr, kVersion},
+                                {nullptr, 0, nullptr, 0}};
   opterr = 0;
   int c;
   while ((c = getopt_long(argc, argv, ":fn:h", opts, nullptr)) != -1) {
     switch (c) {
-      case 'f': a.follow = true; break;
+      case 'f':
+        a.follow = true;
+        break;
       case 'n':
         if (!parse_long(optarg, 0, 100000000, &a.lines))
           return usage_error(fmt::format("bad --lines '{}': give a number of rows", optarg));
@@ -137,13 +143,18 @@ int parse_args(int argc, char** argv, Args& a, int64_t now_ms) {
       case kSince:
       case kUntil: {
         auto t = parse_time_spec(optarg, now_ms);
-        if (!t) return usage_error(fmt::format("--{}: {}", c == kSince ? "since" : "until",
-                                               t.error().message));
+        if (!t)
+          return usage_error(
+              fmt::format("--{}: {}", c == kSince ? "since" : "until", t.error().message));
         (c == kSince ? a.filter.since_ms : a.filter.until_ms) = *t;
         break;
       }
-      case kJson: a.json = true; break;
-      case kUtc: a.utc = true; break;
+      case kJson:
+        a.json = true;
+        break;
+      case kUtc:
+        a.utc = true;
+        break;
       case kWidth: {
         long w;
         if (!parse_long(optarg, kMinWidth, kMaxWidth, &w))
@@ -152,10 +163,16 @@ int parse_args(int argc, char** argv, Args& a, int64_t now_ms) {
         a.width = static_cast<int>(w);
         break;
       }
-      case 'h': fmt::print("{}", kUsage); return kExitOk;
-      case kVersion: fmt::print("fy-netlog 0.1.0\n"); return kExitOk;
-      case ':': return usage_error(fmt::format("{} needs a value", argv[optind - 1]));
-      default: return usage_error(fmt::format("unknown option '{}'", argv[optind - 1]));
+      case 'h':
+        fmt::print("{}", kUsage);
+        return kExitOk;
+      case kVersion:
+        fmt::print("fy-netlog 0.1.0\n");
+        return kExitOk;
+      case ':':
+        return usage_error(fmt::format("{} needs a value", argv[optind - 1]));
+      default:
+        return usage_error(fmt::format("unknown option '{}'", argv[optind - 1]));
     }
   }
   for (int i = optind; i < argc; ++i) {
@@ -175,8 +192,9 @@ int parse_args(int argc, char** argv, Args& a, int64_t now_ms) {
   if (a.follow) {
     if (a.view == View::summary) {
       if (a.view_given)
-        return usage_error("--follow streams rows: use `fy-netlog rows --follow` or "
-                           "`fy-netlog refusals --follow`");
+        return usage_error(
+            "--follow streams rows: use `fy-netlog rows --follow` or "
+            "`fy-netlog refusals --follow`");
       a.view = View::rows;
     }
     if (a.lines < 0) a.lines = 10;
@@ -198,14 +216,17 @@ int detect_width() {
   return 80;
 }
 
-void write_out(const std::string& s) { std::fwrite(s.data(), 1, s.size(), stdout); }
+void write_out(const std::string& s) {
+  std::fwrite(s.data(), 1, s.size(), stdout);
+}
 
 void report_bad_lines(const ReadStats& st) {
   if (st.bad_lines == 0) return;
   std::fflush(stdout);
   fmt::print(stderr, "fy-netlog: skipped {} (first: {})\n",
-             st.bad_lines == 1 ? std::string("1 line that is not a Network Log row")
-                               : fmt::format("{} lines that are not Network Log rows", st.bad_lines),
+             st.bad_lines == 1
+                 ? std::string("1 line that is not a Network Log row")
+                 : fmt::format("{} lines that are not Network Log rows", st.bad_lines),
              st.first_bad);
 }
 
@@ -245,7 +266,9 @@ int run_rows(const Args& a, const ViewOptions& vo) {
   std::deque<std::pair<Row, std::string>> held;
   bool streaming = a.lines < 0;
   std::set<std::string> hinted;  // keys whose grant command was shown (following)
+  uint64_t shown = 0;
   auto emit = [&](const Row& row, std::string_view line) {
+    ++shown;
     if (a.json) {
       write_out(std::string(line) + "\n");
       return;
@@ -254,7 +277,8 @@ int run_rows(const Args& a, const ViewOptions& vo) {
     if (a.follow && a.view == View::refusals) {
       std::string key = to_lower(row.host);
       if (is_grantable_key(key) && hinted.insert(key).second)
-        write_out(fmt::format("{:9}grant: fy allow add {}{}\n", "", key, row.build ? " --build" : ""));
+        write_out(
+            fmt::format("{:9}grant: fy allow add {}{}\n", "", key, row.build ? " --build" : ""));
     }
   };
   auto on_row = [&](const Row& row, std::string_view line) {
@@ -281,6 +305,8 @@ int run_rows(const Args& a, const ViewOptions& vo) {
   if (!a.follow) {
     if (!a.json && a.view == View::refusals)
       write_out(grants.empty() ? std::string("no refusals\n") : grants.render(vo));
+    else if (!a.json && shown == 0)
+      write_out("no rows\n");
     report_bad_lines(st);
     return kExitOk;
   }

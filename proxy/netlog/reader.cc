@@ -74,7 +74,9 @@ class Fields {
   const Json& obj_;
 };
 
-std::string errno_text(int e) { return std::strerror(e); }
+std::string errno_text(int e) {
+  return std::strerror(e);
+}
 
 std::string dir_of(const std::string& path) {
   size_t slash = path.rfind('/');
@@ -106,7 +108,9 @@ std::optional<uint16_t> parse_port(std::string_view s) {
   return static_cast<uint16_t>(*v);
 }
 
-uint64_t sat_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+uint64_t sat_add(uint64_t a, uint64_t b) {
+  return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
 
 // A row is a flat object; a line nested deeper than this is not one, and is
 // refused before a parser builds a tree for it.
@@ -352,8 +356,8 @@ void LineParser::reset() {
 namespace {
 
 // Reads fd to its end, feeding the parser; returns the bytes read.
-Result<uint64_t> read_to_end(int fd, const std::string& name, LineParser& parser,
-                             ReadStats& stats, const RowFn& fn) {
+Result<uint64_t> read_to_end(int fd, const std::string& name, LineParser& parser, ReadStats& stats,
+                             const RowFn& fn) {
   static thread_local std::string buf(1 << 16, '\0');
   uint64_t total = 0;
   for (;;) {
@@ -554,7 +558,8 @@ bool host_matches(const HostPattern& p, std::string_view key) {
   }
   std::string h = lower_no_dot(k.host);
   if (!p.wildcard) return h == p.host;
-  return h.size() > p.host.size() + 1 && h.compare(h.size() - p.host.size(), p.host.size(), p.host) == 0 &&
+  return h.size() > p.host.size() + 1 &&
+         h.compare(h.size() - p.host.size(), p.host.size(), p.host) == 0 &&
          h[h.size() - p.host.size() - 1] == '.';
 }
 
@@ -572,8 +577,8 @@ Result<std::vector<StatusRange>> parse_status_spec(std::string_view spec) {
   };
   for (std::string_view item : split_list(spec, ',')) {
     StatusRange r;
-    if (item.size() == 3 && item[0] >= '0' && item[0] <= '9' && (item[1] == 'x' || item[1] == 'X') &&
-        (item[2] == 'x' || item[2] == 'X')) {
+    if (item.size() == 3 && item[0] >= '0' && item[0] <= '9' &&
+        (item[1] == 'x' || item[1] == 'X') && (item[2] == 'x' || item[2] == 'X')) {
       r.lo = (item[0] - '0') * 100;
       r.hi = r.lo + 99;
     } else if (item.rfind(">=", 0) == 0 || item.rfind("<=", 0) == 0) {
@@ -616,12 +621,23 @@ Result<int64_t> parse_time_spec(std::string_view s, int64_t now_ms) {
   if (s.size() >= 2 && all_digits(s.substr(0, s.size() - 1))) {
     int64_t unit = 0;
     switch (s.back()) {
-      case 's': unit = 1000; break;
-      case 'm': unit = 60 * 1000; break;
-      case 'h': unit = 3600 * 1000; break;
-      case 'd': unit = 86400 * 1000; break;
-      case 'w': unit = 7 * 86400 * 1000; break;
-      default: return bad();
+      case 's':
+        unit = 1000;
+        break;
+      case 'm':
+        unit = 60 * 1000;
+        break;
+      case 'h':
+        unit = 3600 * 1000;
+        break;
+      case 'd':
+        unit = 86400 * 1000;
+        break;
+      case 'w':
+        unit = 7 * 86400 * 1000;
+        break;
+      default:
+        return bad();
     }
     auto n = parse_u64(s.substr(0, s.size() - 1));
     if (!n || *n > uint64_t(INT64_MAX / unit)) return bad();
@@ -660,18 +676,20 @@ Result<int64_t> parse_time_spec(std::string_view s, int64_t now_ms) {
   return static_cast<int64_t>(secs) * 1000;
 }
 
-bool is_error(const Row& r) { return !r.error.empty() || (r.status >= 400 && !is_refusal(r)); }
+bool is_error(const Row& r) {
+  return !r.error.empty() || (r.status >= 400 && !is_refusal(r));
+}
 
 bool Filter::matches(const Row& r) const {
   if (refusals_only && !is_refusal(r)) return false;
   if (since_ms && r.ts_ms < *since_ms) return false;
   if (until_ms && r.ts_ms > *until_ms) return false;
-  if (!hosts.empty() &&
-      std::none_of(hosts.begin(), hosts.end(), [&](const HostPattern& p) { return host_matches(p, r.host); }))
+  if (!hosts.empty() && std::none_of(hosts.begin(), hosts.end(),
+                                     [&](const HostPattern& p) { return host_matches(p, r.host); }))
     return false;
-  if (!statuses.empty() && std::none_of(statuses.begin(), statuses.end(), [&](const StatusRange& s) {
-        return r.status >= s.lo && r.status <= s.hi;
-      }))
+  if (!statuses.empty() &&
+      std::none_of(statuses.begin(), statuses.end(),
+                   [&](const StatusRange& s) { return r.status >= s.lo && r.status <= s.hi; }))
     return false;
   return true;
 }
@@ -739,8 +757,8 @@ bool is_grantable_key(std::string_view key) {
   if (h.rfind("*.", 0) == 0) h.remove_prefix(2);
   if (h.empty() || h.front() == '.' || h.front() == '-') return false;
   for (char c : h)
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-          c == '.' || c == '-' || c == '_'))
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '.' ||
+          c == '-' || c == '_'))
       return false;
   return true;
 }

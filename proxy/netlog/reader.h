@@ -79,9 +79,9 @@ Result<std::vector<LogFile>> list_log_files(const std::string& path);
 
 // What reading found, for the operator's "skipped N bad lines" note.
 struct ReadStats {
-  uint64_t rows = 0;       // lines that were rows
-  uint64_t bad_lines = 0;  // lines that were not (garbage, torn, wrong-typed, overlong)
-  std::string first_bad;   // "<file>:<line>: <reason>" of the first bad line
+  uint64_t rows = 0;               // lines that were rows
+  uint64_t bad_lines = 0;          // lines that were not (garbage, torn, wrong-typed, overlong)
+  std::string first_bad;           // "<file>:<line>: <reason>" of the first bad line
   std::vector<std::string> files;  // every file read, in order
 };
 
@@ -188,16 +188,18 @@ Result<std::vector<StatusRange>> parse_status_spec(std::string_view s);
 Result<int64_t> parse_time_spec(std::string_view s, int64_t now_ms);
 
 struct Filter {
-  std::vector<HostPattern> hosts;       // any of them (none: every host)
-  std::vector<StatusRange> statuses;    // any of them (none: every status)
-  std::optional<int64_t> since_ms;      // ts >= since
-  std::optional<int64_t> until_ms;      // ts <= until
-  bool refusals_only = false;           // blocked or would_block rows
+  std::vector<HostPattern> hosts;     // any of them (none: every host)
+  std::vector<StatusRange> statuses;  // any of them (none: every status)
+  std::optional<int64_t> since_ms;    // ts >= since
+  std::optional<int64_t> until_ms;    // ts <= until
+  bool refusals_only = false;         // blocked or would_block rows
   bool matches(const Row& row) const;
 };
 
 // A refusal: the allowlist refused the row (blocked) or would have (would_block).
-inline bool is_refusal(const Row& r) { return r.blocked || r.would_block; }
+inline bool is_refusal(const Row& r) {
+  return r.blocked || r.would_block;
+}
 // An error: an upstream failure (`error`) or a status >= 400 on a row that is
 // not a refusal (refusals are counted as such, not twice).
 bool is_error(const Row& r);
@@ -205,12 +207,12 @@ bool is_error(const Row& r);
 // ---- Summary ---------------------------------------------------------------
 
 struct HostSummary {
-  std::string host;           // the log key, lower case
-  uint64_t requests = 0;      // rows other than would_block observations
-  uint64_t blocked = 0;       // refused by the allowlist (part of requests)
-  uint64_t would_block = 0;   // observe/learn: would have been refused
-  uint64_t errors = 0;        // see is_error()
-  uint64_t bytes_up = 0;      // saturating sums
+  std::string host;          // the log key, lower case
+  uint64_t requests = 0;     // rows other than would_block observations
+  uint64_t blocked = 0;      // refused by the allowlist (part of requests)
+  uint64_t would_block = 0;  // observe/learn: would have been refused
+  uint64_t errors = 0;       // see is_error()
+  uint64_t bytes_up = 0;     // saturating sums
   uint64_t bytes_down = 0;
   int64_t first_ms = 0;
   int64_t last_ms = 0;

@@ -78,8 +78,9 @@ bool must_escape(char32_t cp) {
 
 int cp_width(char32_t cp) {
   // Combining marks take no column of their own.
-  if ((cp >= 0x300 && cp <= 0x36F) || (cp >= 0x483 && cp <= 0x489) || (cp >= 0x591 && cp <= 0x5BD) ||
-      (cp >= 0x610 && cp <= 0x61A) || (cp >= 0x64B && cp <= 0x65F) || (cp >= 0x1AB0 && cp <= 0x1AFF) ||
+  if ((cp >= 0x300 && cp <= 0x36F) || (cp >= 0x483 && cp <= 0x489) ||
+      (cp >= 0x591 && cp <= 0x5BD) || (cp >= 0x610 && cp <= 0x61A) ||
+      (cp >= 0x64B && cp <= 0x65F) || (cp >= 0x1AB0 && cp <= 0x1AFF) ||
       (cp >= 0x1DC0 && cp <= 0x1DFF) || (cp >= 0x20D0 && cp <= 0x20FF) ||
       (cp >= 0xFE20 && cp <= 0xFE2F))
     return 0;
@@ -147,7 +148,9 @@ std::string day_key(const tm& t) {
   return fmt::format("{:04}-{:02}-{:02}", t.tm_year + 1900, t.tm_mon + 1, t.tm_mday);
 }
 
-std::string hms(const tm& t) { return fmt::format("{:02}:{:02}:{:02}", t.tm_hour, t.tm_min, t.tm_sec); }
+std::string hms(const tm& t) {
+  return fmt::format("{:02}:{:02}:{:02}", t.tm_hour, t.tm_min, t.tm_sec);
+}
 
 // The error kind of an upstream failure row: "dns" from "dns: NXDOMAIN".
 std::string_view error_kind(std::string_view e) {
@@ -175,9 +178,13 @@ std::string flags_of(const Row& r) {
   return sanitize(out);
 }
 
-int clamp_width(int w) { return std::clamp(w, kMinWidth, kMaxWidth); }
+int clamp_width(int w) {
+  return std::clamp(w, kMinWidth, kMaxWidth);
+}
 
-std::string iso_or_null(int64_t ms) { return iso8601_utc(ms, /*millis=*/true, /*z_suffix=*/true); }
+std::string iso_or_null(int64_t ms) {
+  return iso8601_utc(ms, /*millis=*/true, /*z_suffix=*/true);
+}
 
 }  // namespace
 
@@ -296,9 +303,12 @@ std::string format_stamp(int64_t ts_ms, const ViewOptions& o) {
 
 std::string who_of(const Row& r) {
   switch (r.attribution) {
-    case Attribution::none: return "-";
-    case Attribution::unattributed: return "unattributed";
-    case Attribution::attributed: break;
+    case Attribution::none:
+      return "-";
+    case Attribution::unattributed:
+      return "unattributed";
+    case Attribution::attributed:
+      break;
   }
   std::string who = r.who;
   if (who.rfind("container:", 0) == 0) {
@@ -336,10 +346,10 @@ std::string render_summary(const std::vector<HostSummary>& hosts, const HostSumm
   out += '\n';
   for (const HostSummary& h : hosts) {
     out += cell(h.host, host_w, /*middle=*/true);
-    const std::string vals[] = {
-        compact_count(h.requests, 6), compact_count(h.blocked, 6), compact_count(h.would_block, 6),
-        compact_count(h.errors, 6),   human_bytes(h.bytes_up),     human_bytes(h.bytes_down),
-        format_age(h.last_ms, opt.now_ms)};
+    const std::string vals[] = {compact_count(h.requests, 6),     compact_count(h.blocked, 6),
+                                compact_count(h.would_block, 6),  compact_count(h.errors, 6),
+                                human_bytes(h.bytes_up),          human_bytes(h.bytes_down),
+                                format_age(h.last_ms, opt.now_ms)};
     for (size_t i = 0; i < std::size(cols); ++i) out += ' ' + pad_left(vals[i], cols[i].w);
     out += '\n';
   }
@@ -353,8 +363,7 @@ std::string render_summary(const std::vector<HostSummary>& hosts, const HostSumm
                                 hosts.size() == 1 ? "" : "s", rows, rows == 1 ? "" : "s",
                                 human_bytes(total.bytes_up), human_bytes(total.bytes_down)));
     lines.push_back(fmt::format("from {} to {} ({})", format_stamp(total.first_ms, opt),
-                                format_stamp(total.last_ms, opt),
-                                opt.utc ? "UTC" : "local time"));
+                                format_stamp(total.last_ms, opt), opt.utc ? "UTC" : "local time"));
     if (total.blocked + total.would_block > 0)
       lines.push_back(fmt::format("{} blocked, {} would-block: see `fy-netlog refusals`",
                                   total.blocked, total.would_block));
@@ -470,8 +479,9 @@ void Grants::add(const Row& r) {
 std::string Grants::render(const ViewOptions& o) const {
   const size_t width = static_cast<size_t>(clamp_width(o.width));
   std::vector<std::pair<std::string, Tally>> keys(by_key_.begin(), by_key_.end());
-  std::stable_sort(keys.begin(), keys.end(),
-                   [](const auto& a, const auto& b) { return a.second.last_ms > b.second.last_ms; });
+  std::stable_sort(keys.begin(), keys.end(), [](const auto& a, const auto& b) {
+    return a.second.last_ms > b.second.last_ms;
+  });
   std::string out = "\nTo grant, run on this computer (not in the box):\n";
   size_t cmd_w = 0;
   std::vector<std::string> cmds;
@@ -479,9 +489,9 @@ std::string Grants::render(const ViewOptions& o) const {
     std::string cmd;
     if (is_grantable_key(key)) cmd = "fy allow add " + key + (t.build ? " --build" : "");
     cmds.push_back(cmd);
-    cmd_w = std::max(cmd_w, display_width(cmd));
+    // Long commands do not widen the column for the others.
+    if (display_width(cmd) <= width * 5 / 8) cmd_w = std::max(cmd_w, display_width(cmd));
   }
-  cmd_w = std::min(cmd_w, width / 2);
   for (size_t i = 0; i < keys.size(); ++i) {
     const auto& [key, t] = keys[i];
     std::string what;
@@ -489,14 +499,21 @@ std::string Grants::render(const ViewOptions& o) const {
     if (t.would_block)
       what += fmt::format("{}{} would-block", what.empty() ? "" : ", ", t.would_block);
     what += ", last " + format_stamp(t.last_ms, o);
-    std::string l;
-    if (cmds[i].empty())
-      l = "  (not a host `fy allow` accepts: " + sanitize(key) + ")  " + what;
-    else
-      l = "  " + pad_right(cmds[i], cmd_w) + "  # " + what;
-    // A command is never cut: it is what the operator copies.
-    out += (cmds[i].empty() || display_width(l) <= width ? fit_end(l, width) : "  " + cmds[i]) +
-           '\n';
+    if (cmds[i].empty()) {
+      out += fit_end("  (not a host `fy allow` accepts: " + sanitize(key) + ")  " + what, width);
+    } else {
+      // A command is never cut: it is what the operator copies. The comment
+      // after it is cut, or left out when the command alone fills the line.
+      std::string cmd = "  " + cmds[i];
+      std::string l = "  " + pad_right(cmds[i], cmd_w) + "  # " + what;
+      if (display_width(l) <= width)
+        out += l;
+      else if (display_width(cmd) + 8 <= width)
+        out += fit_end(l, width);
+      else
+        out += cmd;
+    }
+    out += '\n';
   }
   return out;
 }

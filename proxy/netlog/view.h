@@ -18,8 +18,8 @@ namespace fy::netlog {
 
 struct ViewOptions {
   int width = 80;      // display columns; clamped to kMinWidth..kMaxWidth
-  int64_t now_ms = 0;   // for "5m ago"
-  bool utc = false;     // times in UTC instead of local time
+  int64_t now_ms = 0;  // for "5m ago"
+  bool utc = false;    // times in UTC instead of local time
 };
 inline constexpr int kMinWidth = 64;  // the summary needs 51 columns beside the host
 inline constexpr int kMaxWidth = 1000;

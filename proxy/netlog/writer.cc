@@ -51,7 +51,8 @@ void mkdirs(const std::string& dir) {
 // never pruned.
 std::optional<std::pair<std::string, uint64_t>> backup_order(std::string_view mid) {
   auto digits = [](std::string_view d) {
-    return !d.empty() && std::all_of(d.begin(), d.end(), [](char c) { return c >= '0' && c <= '9'; });
+    return !d.empty() &&
+           std::all_of(d.begin(), d.end(), [](char c) { return c >= '0' && c <= '9'; });
   };
   if (mid.size() < 16 || !digits(mid.substr(0, 8)) || mid[8] != 'T' || !digits(mid.substr(9, 6)) ||
       mid[15] != 'Z')
@@ -129,7 +130,8 @@ void Writer::rotate() {
   Order order{stamp, 0};
   for (const auto& b : backups)
     if (b.first.first == stamp) order.second = std::max(order.second, b.first.second + 1);
-  std::string name = stem + "." + stamp + (order.second ? "-" + std::to_string(order.second) : "") + ext;
+  std::string name =
+      stem + "." + stamp + (order.second ? "-" + std::to_string(order.second) : "") + ext;
   std::string target = dir + "/" + name;
   if (::rename(opts_.path.c_str(), target.c_str()) != 0) {
     last_error_ = "cannot rotate " + opts_.path + ": " + strerror(errno);

@@ -19,8 +19,8 @@ using namespace fy::netlog;
 
 namespace {
 
-#define FUZZ_CHECK(cond) \
-  do {                   \
+#define FUZZ_CHECK(cond)       \
+  do {                         \
     if (!(cond)) std::abort(); \
   } while (0)
 
@@ -99,7 +99,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     LineParser p("fuzz");
     size_t step = size ? 1 + data[0] % 13 : 1;
     for (size_t off = 0; off < in.size(); off += step)
-      p.feed(in.substr(off, step), b, [&](const Row&, std::string_view l) { lines_b.emplace_back(l); });
+      p.feed(in.substr(off, step), b,
+             [&](const Row&, std::string_view l) { lines_b.emplace_back(l); });
     p.finish(b);
   }
   FUZZ_CHECK(a.rows == b.rows && a.bad_lines == b.bad_lines && lines_a == lines_b);

@@ -211,11 +211,10 @@ TEST_CASE("the log's files: backups oldest first, then the current file; others 
   REQUIRE(files.ok());
   std::vector<std::string> names;
   for (const auto& f : *files) names.push_back(f.path.substr(dir.path.size() + 1));
-  CHECK(names == std::vector<std::string>{"egress.20261128T000000Z.jsonl",
-                                          "egress.20261129T213000Z.jsonl",
-                                          "egress.20261129T213000Z-2.jsonl",
-                                          "egress.20261129T213000Z-10.jsonl",
-                                          "egress.20261129T213001Z.jsonl"});
+  CHECK(names == std::vector<std::string>{
+                     "egress.20261128T000000Z.jsonl", "egress.20261129T213000Z.jsonl",
+                     "egress.20261129T213000Z-2.jsonl", "egress.20261129T213000Z-10.jsonl",
+                     "egress.20261129T213001Z.jsonl"});
   spit(p, "");
   files = list_log_files(p);
   REQUIRE(files.ok());
@@ -258,7 +257,8 @@ TEST_CASE("lines split the same at any chunk boundary; bad ones are counted, not
   for (uint64_t i = 1; i <= 5; ++i) data += line_of(make_row(i)) + "\n";
   data += "not json\n";
   data += "\n   \n";  // blank: not a row, not bad
-  data += R"({"ts":"2026-11-29T21:30:00Z","host":"h","status":"x"})" "\n";
+  data += R"({"ts":"2026-11-29T21:30:00Z","host":"h","status":"x"})"
+          "\n";
   data += line_of(make_row(6)) + "\r\n";
   data += std::string(kMaxLine + 10, 'x') + "\n";  // overlong
   data += line_of(make_row(7)) + "\n";
@@ -485,8 +485,9 @@ TEST_CASE("time specs: durations ago, ISO with an offset, local time without one
   else
     setenv("TZ", old_tz.c_str(), 1);
   tzset();
-  for (const char* bad : {"", "10", "10x", "m", "-5m", "yesterday", "2026-13-01", "2026-11-29T25:00",
-                          "2026-11-29T21", "2026-11-29T21:00:00.5", "99999999999999999999d"})
+  for (const char* bad :
+       {"", "10", "10x", "m", "-5m", "yesterday", "2026-13-01", "2026-11-29T25:00", "2026-11-29T21",
+        "2026-11-29T21:00:00.5", "99999999999999999999d"})
     CHECK_MESSAGE(!parse_time_spec(bad, now).ok(), std::string(bad));
 }
 
@@ -571,7 +572,7 @@ TEST_CASE("grantable keys: hosts, wildcards, IP literals, ports; never shell tex
   for (const char* k : {"github.com", "github.com:22", "*.github.com", "10.0.0.1:8080", "[::1]",
                         "[2001:db8::1]:443", "my_host.internal"})
     CHECK_MESSAGE(is_grantable_key(k), std::string(k));
-  for (const char* k : {"", "a b", "a;rm -rf ~", "$(id)", "h:0", "h:99999", "`x`", "a\nb",
-                        "[::1", "[zz]", "-rf", ".x", "a/b"})
+  for (const char* k : {"", "a b", "a;rm -rf ~", "$(id)", "h:0", "h:99999", "`x`", "a\nb", "[::1",
+                        "[zz]", "-rf", ".x", "a/b"})
     CHECK_MESSAGE(!is_grantable_key(k), std::string(k));
 }

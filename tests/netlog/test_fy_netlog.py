@@ -267,6 +267,12 @@ class NetlogTest(unittest.TestCase):
         self.assertIn("no rows", out)
         _, out, _ = self.run_netlog("--json", self.dir)
         self.assertEqual(json.loads(out)["hosts"], [])
+        _, out, _ = self.run_netlog("rows", self.dir)
+        self.assertEqual(out, "no rows\n")
+        _, out, _ = self.run_netlog("refusals", self.dir)
+        self.assertEqual(out, "no refusals\n")
+        _, out, _ = self.run_netlog("rows", "--json", self.dir)
+        self.assertEqual(out, "")
 
     # ---- filters ----------------------------------------------------------------
 
@@ -377,11 +383,15 @@ class NetlogTest(unittest.TestCase):
             key = l.split("fy allow add ")[1].split()[0]
             nb = sum(1 for r in refusals if r["host"].lower() == key and r.get("blocked"))
             nw = sum(1 for r in refusals if r["host"].lower() == key and not r.get("blocked"))
-            if "#" in l:
-                if nb:
-                    self.assertIn("%d blocked" % nb, l)
-                if nw:
-                    self.assertIn("%d would-block" % nw, l)
+            counts = ", ".join((["%d blocked" % nb] if nb else []) +
+                               (["%d would-block" % nw] if nw else [])) + ", last "
+            if "  # " in l:  # the comment may be cut to the width, the command never is
+                comment = l.split("  # ", 1)[1]
+                if comment.endswith("…"):
+                    self.assertTrue((counts + "99:99:99").startswith(comment[:-1])
+                                    or comment.startswith(counts), l)
+                else:
+                    self.assertTrue(comment.startswith(counts), l)
         # JSON: exactly the refusal rows.
         _, out, _ = self.run_netlog("refusals", "--json", self.dir)
         self.assertEqual([json.loads(l) for l in out.splitlines()], refusals)
@@ -481,7 +491,8 @@ class NetlogTest(unittest.TestCase):
             self.assertEqual(err.count("skipped"), 1)
 
     def test_hostile_text_stays_in_its_columns_and_off_the_terminal(self):
-        nasty = ["\x1b[2J\x1b[31mred", "\u202emoc.buhtig", "git\u200bhub.com", "日本語のパス" * 10,
+        nasty = ["\x1b[2J\x1b[31mred", "\u202emoc.buhtig", "git\u200bhub.com",
+                 "日本語のパス" * 10,
                  "e\u0301" * 30, "😀" * 40, "\t\r\n", "\u009b2J", "a" * 400]
         rows = []
         for i, s in enumerate(nasty):
@@ -560,7 +571,8 @@ class NetlogTest(unittest.TestCase):
                                preexec_fn=preexec, timeout=30)
         except PermissionError:
             self.skipTest("the build directory is not reachable by nobody")
-        if p.returncode == 126 or b"Permission denied" in p.stderr and b"fy-netlog:" not in p.stderr:
+        if p.returncode == 126 or (b"Permission denied" in p.stderr
+                                   and b"fy-netlog:" not in p.stderr):
             self.skipTest("the build directory is not reachable by nobody")
         self.assertEqual(p.returncode, 3, p.stderr)
         self.assertIn(b"run fy-netlog as the user that runs fy-proxy", p.stderr)

@@ -38,9 +38,11 @@ TEST_CASE("sanitize shows controls, bidi and invisible characters as escapes") {
   CHECK(sanitize("plain /path?q=1") == "plain /path?q=1");
   CHECK(sanitize("\x1b[31mred") == "\\x1b[31mred");
   CHECK(sanitize("a\nb\tc\rd\x7f") == "a\\x0ab\\x09c\\x0dd\\x7f");
-  CHECK(sanitize("\xc2\x9b" "2J") == "\\x9b2J");                    // C1 CSI
+  CHECK(sanitize("\xc2\x9b"
+                 "2J") == "\\x9b2J");                                // C1 CSI
   CHECK(sanitize("git\xe2\x80\x8bhub.com") == "git\\u200bhub.com");  // zero width space
-  CHECK(sanitize("\xe2\x80\xae" "moc.evil") == "\\u202emoc.evil");   // right-to-left override
+  CHECK(sanitize("\xe2\x80\xae"
+                 "moc.evil") == "\\u202emoc.evil");  // right-to-left override
   CHECK(sanitize("caf\xc3\xa9 \xe2\x82\xac") == "caf\xc3\xa9 \xe2\x82\xac");
   CHECK(sanitize("\xff\xc3") == "\xef\xbf\xbd\xef\xbf\xbd");
 }
@@ -112,8 +114,16 @@ TEST_CASE("every view line fits the width, whatever the log holds") {
   const int64_t now = *parse_iso8601("2026-11-29T21:30:00Z");
   std::vector<Row> rows;
   std::mt19937 rng(11);
-  const std::string pieces[] = {"\x1b[2J", "\xe2\x80\xae", "\xe6\x97\xa5\xe6\x9c\xac", "e\xcc\x81",
-                                "\xf0\x9f\x98\x80", "\t", "\xc2\x9b", "\"", "x", "-"};
+  const std::string pieces[] = {"\x1b[2J",
+                                "\xe2\x80\xae",
+                                "\xe6\x97\xa5\xe6\x9c\xac",
+                                "e\xcc\x81",
+                                "\xf0\x9f\x98\x80",
+                                "\t",
+                                "\xc2\x9b",
+                                "\"",
+                                "x",
+                                "-"};
   for (int i = 0; i < 300; ++i) {
     Row r = make_row(static_cast<uint64_t>(i), now - static_cast<int64_t>(rng() % 400000000));
     auto junk = [&](size_t n) {
