@@ -328,12 +328,16 @@ Attribution Attributor::lookup(const AttribQuery& q) const {
     // Not a walled principal: the wall never redirects these, so one came here
     // on its own (root's tools, say). Recorded by uid, not refused.
     a.verdict = Attribution::Verdict::ok;
+    a.via = Attribution::Via::uid;
     a.who = "uid:" + std::to_string(s->uid);
     return finish();
   }
   pid_t pid = find_owner_bpf(s->cookie);
-  if (pid) a.via_bpf = true;
-  else pid = find_owner_proc(s->inode);
+  a.via = Attribution::Via::bpf;
+  if (!pid) {
+    pid = find_owner_proc(s->inode);
+    a.via = Attribution::Via::proc;
+  }
   if (!pid) {
     a.why = "no process of a walled uid holds the client socket (inode " +
             std::to_string(s->inode) + ")";

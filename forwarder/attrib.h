@@ -49,7 +49,10 @@ struct Attribution {
   Verdict verdict = Verdict::failed;
   std::string who;  // the stamp's who field when ok
   std::string why;  // for refusals and failures: what happened
-  bool via_bpf = false;
+  // How the owner was found: the BPF record, the /proc walk, or not at all
+  // because the socket's uid is not walled (who = "uid:<n>").
+  enum class Via : uint8_t { none, bpf, proc, uid };
+  Via via = Via::none;
   pid_t pid = 0;
   uint64_t cost_us = 0;
 };

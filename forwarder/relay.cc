@@ -296,6 +296,8 @@ void Connection::attrib_done(uv_work_t* w, int status) {
   }
   const Attribution& a = self->attrib_->result;
   Counters& k = self->ctx_->counters;
+  k.attrib_us_total += a.cost_us;
+  if (a.cost_us > k.attrib_us_max) k.attrib_us_max = a.cost_us;
   if (a.verdict == Attribution::Verdict::refused_pasta) {
     ++k.attrib_refused_pasta;
     if (peer_log_allowed()) log::info("{} refused: {}", self->label(), a.why);
@@ -312,10 +314,18 @@ void Connection::attrib_done(uv_work_t* w, int status) {
     return;
   }
   ++k.attributed;
-  if (a.via_bpf) ++k.attrib_bpf;
-  else ++k.attrib_proc;
+  const char* via = "uid";
+  if (a.via == Attribution::Via::bpf) {
+    ++k.attrib_bpf;
+    via = "bpf";
+  } else if (a.via == Attribution::Via::proc) {
+    ++k.attrib_proc;
+    via = "proc";
+  } else {
+    ++k.attrib_uid;
+  }
   log::debug("{} attributed to {} (pid {}, {} us, {})", self->label(), a.who, a.pid, a.cost_us,
-             a.via_bpf ? "bpf" : "proc");
+             via);
   self->stamp_line_ = self->ctx_->stamper->line(
       sockaddr_ip(reinterpret_cast<const sockaddr*>(&self->a_.peer)), self->a_.net, a.who);
   ++k.stamped;

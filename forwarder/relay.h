@@ -73,8 +73,11 @@ struct Counters {
   uint64_t attributed = 0;
   uint64_t attrib_bpf = 0;
   uint64_t attrib_proc = 0;
+  uint64_t attrib_uid = 0;  // the socket's uid is not walled: recorded as uid:<n>
   uint64_t attrib_refused_pasta = 0;
   uint64_t attrib_failed = 0;
+  uint64_t attrib_us_total = 0;  // time spent attributing (thread pool), all lookups
+  uint64_t attrib_us_max = 0;
   uint64_t fin_closes = 0;    // client finished first; FIN passed upstream
   uint64_t rst_closes = 0;    // upstream finished first; closed with RST after SIOCOUTQ 0
   uint64_t rst_forced = 0;    // ... SIOCOUTQ never reached 0 within rst_wait_ms

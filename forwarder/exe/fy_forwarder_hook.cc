@@ -3,6 +3,7 @@
 // container after a teardown of that namespace never races the forwarder
 // (ADR-0034). See docs/fy-forwarder.md, "The OCI hook".
 #include <poll.h>
+#include <syslog.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -93,12 +94,17 @@ int main(int argc, char** argv) {
     if (fy::mono_ms() >= deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  fprintf(stderr,
-          "fy-forwarder-hook: fy-forwarder is not listening in the rootless bridge namespace "
-          "after %d ms (last answer: %s). %s Check `systemctl status fy-forwarder` and "
-          "`fy-forwarder --probe`.\n",
-          timeout_ms, last.c_str(),
-          refuse ? "The container is not started, because its egress would fail."
-                 : "Starting the container anyway; its first connections may be reset.");
+  char msg[1024];
+  snprintf(msg, sizeof msg,
+           "fy-forwarder is not listening in the rootless bridge namespace after %d ms (last "
+           "answer: %s). %s Check `systemctl status fy-forwarder` and `fy-forwarder --probe`.",
+           timeout_ms, last.c_str(),
+           refuse ? "The container is not started, because its egress would fail."
+                  : "Starting the container anyway; its first connections may be reset.");
+  fprintf(stderr, "fy-forwarder-hook: %s\n", msg);
+  // Runtimes do not always show a hook's stderr: the journal gets it too.
+  openlog("fy-forwarder-hook", LOG_PID, LOG_DAEMON);
+  syslog(refuse ? LOG_ERR : LOG_WARNING, "%s", msg);
+  closelog();
   return refuse ? 1 : 0;
 }

@@ -401,7 +401,8 @@ class Topology:
     def _rmdir_cgroup(path):
         for _ in range(50):
             try:
-                procs = open(os.path.join(path, "cgroup.procs")).read().split()
+                with open(os.path.join(path, "cgroup.procs")) as f:
+                    procs = f.read().split()
             except OSError:
                 return
             for pid in procs:
