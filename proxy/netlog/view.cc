@@ -362,8 +362,12 @@ std::string render_summary(const std::vector<HostSummary>& hosts, const HostSumm
     lines.push_back(fmt::format("{} host{}, {} row{}, {} up, {} down", hosts.size(),
                                 hosts.size() == 1 ? "" : "s", rows, rows == 1 ? "" : "s",
                                 human_bytes(total.bytes_up), human_bytes(total.bytes_down)));
-    lines.push_back(fmt::format("from {} to {} ({})", format_stamp(total.first_ms, opt),
-                                format_stamp(total.last_ms, opt), opt.utc ? "UTC" : "local time"));
+    auto full = [&](int64_t ms) {
+      tm t = to_tm(ms, opt.utc);
+      return fmt::format("{} {:02}:{:02}", day_key(t), t.tm_hour, t.tm_min);
+    };
+    lines.push_back(fmt::format("from {} to {} ({})", full(total.first_ms), full(total.last_ms),
+                                opt.utc ? "UTC" : "local time"));
     if (total.blocked + total.would_block > 0)
       lines.push_back(fmt::format("{} blocked, {} would-block: see `fy-netlog refusals`",
                                   total.blocked, total.would_block));
