@@ -76,10 +76,16 @@ Error bad(std::string_view why) {
 
 bool is_stamp_header(std::string_view name) { return iequals(name, kHeader); }
 
-std::string format(const Fields& f, std::string_view key) {
+// Everything before ";mac=": the bytes the MAC covers.
+std::string signed_of(const Fields& f) {
   std::string v = "v=1;src=" + f.src + ";net=" + f.net;
   if (!f.who.empty()) v += ";who=" + f.who;
   v += ";seq=" + std::to_string(f.seq) + ";boot=" + f.boot;
+  return v;
+}
+
+std::string format(const Fields& f, std::string_view key) {
+  std::string v = signed_of(f);
   std::string msg(kDomain);
   msg += v;
   v += ";mac=" + hex(hmac_sha256(key, msg));
@@ -121,6 +127,9 @@ Result<Fields> verify(std::string_view value, std::string_view key) {
   if (!take_field(&rest, "boot", &v) || !valid_boot(v)) return bad("boot is not a boot id");
   f.boot = v;
   if (!rest.empty()) return bad("unexpected fields");
+  // One spelling only: whatever the field checks let through (a trailing ';',
+  // say) must still re-format to the very bytes that were signed.
+  if (signed_of(f) != signed_part) return bad("not in canonical form");
   return f;
 }
 

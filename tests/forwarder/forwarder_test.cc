@@ -214,6 +214,8 @@ TEST_CASE("stamp vectors of docs/stamp.md verify and round-trip") {
       "5ef357a27ff4a3ce4c4781b283d39ffa268d1363a0084dc922dcb9e40cadda87",
       "v=1;src=10.89.1.2;net=pod man1;seq=42;boot=0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0;mac="
       "c442ab1529b0d55a88731f87d16c34070f54a77eae098fbdc3beda7c89251107",
+      "v=1;src=10.89.1.2;net=podman1;seq=42;boot=0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0;;mac="
+      "2aeafbb36056f33c4f1bc31885099b8a4da6c42da6e49e53c2006bba7944e223",
   };
   for (const char* v : refused) {
     CAPTURE(v);

@@ -127,10 +127,10 @@ def handle(conn, peer, key, logf, conn_no):
         if method == "CONNECT":
             host, _, port = target.rpartition(":")
             up = socket.create_connection((host.strip("[]"), int(port)), timeout=10)
+            write_row(logf, row)  # before the answer: a client that has it finds the row
             conn.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
             if rest:
                 up.sendall(rest)
-            write_row(logf, row)
             relay(conn, up)
             up.close()
             return

@@ -80,6 +80,9 @@ class FailClosed(unittest.TestCase):
             time.sleep(0.3)
             self.assertEqual(len(rig.proxy_rows()), rows_before,
                              "something reached the proxy while the forwarder was dead")
+            self.assertFalse([r for r in rig.proxy_rows()
+                              if "/dead" in r.get("target", "") or "/round" in r.get("target", "")
+                              or "after-kill" in r.get("target", "")])
 
             # The probe and the hook say so.
             sock = os.path.join(rig.topo.path("state"), "control.sock")
