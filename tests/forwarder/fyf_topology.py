@@ -171,8 +171,19 @@ class Topology:
         self.teardown(quiet=True)
         for cg in reversed(self.cgroups):
             self._rmdir_cgroup(cg)
+        # A sanitizer report in any process we ran fails the test (CI runs the
+        # suites against an ASan + UBSan build).
+        reports = []
+        for p in self.procs:
+            log = p.log()
+            for marker in ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:"):
+                if marker in log:
+                    reports.append("%s:\n%s" % (p.name, log[log.index(marker) - 200:][:4000]))
+                    break
         if not self.keep_dir:
             shutil.rmtree(self.dir, ignore_errors=True)
+        if reports and exc[0] is None:
+            raise AssertionError("sanitizer reports:\n" + "\n".join(reports))
         return False
 
     def nsexec(self, ns, *cmd, check=True, timeout=30):
