@@ -30,7 +30,8 @@ std::vector<std::string_view> split_lines(std::string_view t) {
 
 constexpr const char* kVersion = "0.1.0";
 
-constexpr const char* kHelp = R"(fy-wall — foldyard's nftables walls, applied atomically with libnftables.
+constexpr const char* kHelp =
+    R"(fy-wall — foldyard's nftables walls, applied atomically with libnftables.
 
 usage: fy-wall <command> <wall> [options]
 
@@ -161,21 +162,36 @@ int Cli::parse_args(int argc, char** argv) {
     std::optional<std::string>* slot = nullptr;
     Flags& f = o_.flags;
     std::optional<std::string> log_lines;
-    if (name == "--config") slot = &o_.config;
-    else if (name == "--user") slot = &f.user;
-    else if (name == "--gateway") slot = &f.gateway;
-    else if (name == "--ports") slot = &f.ports;
-    else if (name == "--resolvers") slot = &f.resolvers;
-    else if (name == "--forward-allow") slot = &f.forward_allow;
-    else if (name == "--subuid-file") slot = &f.subuid_file;
-    else if (name == "--listener") slot = &f.listener;
-    else if (name == "--route-table") slot = &f.route_table;
-    else if (name == "--rule-priority") slot = &f.rule_priority;
-    else if (name == "--vm") slot = &f.vm;
-    else if (name == "--cgroup") slot = &f.cgroup;
-    else if (name == "--proxy-port-base") slot = &f.proxy_port_base;
-    else if (name == "--log-lines") slot = &log_lines;
-    else return fail(kExitUsage, fmt::format("unknown option '{}' — see fy-wall --help", name));
+    if (name == "--config")
+      slot = &o_.config;
+    else if (name == "--user")
+      slot = &f.user;
+    else if (name == "--gateway")
+      slot = &f.gateway;
+    else if (name == "--ports")
+      slot = &f.ports;
+    else if (name == "--resolvers")
+      slot = &f.resolvers;
+    else if (name == "--forward-allow")
+      slot = &f.forward_allow;
+    else if (name == "--subuid-file")
+      slot = &f.subuid_file;
+    else if (name == "--listener")
+      slot = &f.listener;
+    else if (name == "--route-table")
+      slot = &f.route_table;
+    else if (name == "--rule-priority")
+      slot = &f.rule_priority;
+    else if (name == "--vm")
+      slot = &f.vm;
+    else if (name == "--cgroup")
+      slot = &f.cgroup;
+    else if (name == "--proxy-port-base")
+      slot = &f.proxy_port_base;
+    else if (name == "--log-lines")
+      slot = &log_lines;
+    else
+      return fail(kExitUsage, fmt::format("unknown option '{}' — see fy-wall --help", name));
     if (!have_value) {
       if (i + 1 >= argc) {
         return fail(kExitUsage, fmt::format("{} needs a value — see fy-wall --help", name));
@@ -208,16 +224,18 @@ int Cli::parse_args(int argc, char** argv) {
                                         "fy-wall {} machine --config FILE)",
                                         o_.command, o_.command));
   }
-  if (positional[1] == "machine") o_.wall = Wall::machine;
-  else if (positional[1] == "guard") o_.wall = Wall::guard;
-  else if (positional[1] == "host") o_.wall = Wall::host;
+  if (positional[1] == "machine")
+    o_.wall = Wall::machine;
+  else if (positional[1] == "guard")
+    o_.wall = Wall::guard;
+  else if (positional[1] == "host")
+    o_.wall = Wall::host;
   else {
-    return fail(kExitUsage,
-                fmt::format("unknown wall '{}' — machine|guard|host", positional[1]));
+    return fail(kExitUsage, fmt::format("unknown wall '{}' — machine|guard|host", positional[1]));
   }
   if (positional.size() > 2) {
-    return fail(kExitUsage, fmt::format("unexpected argument '{}' — one command and one wall",
-                                        positional[2]));
+    return fail(kExitUsage,
+                fmt::format("unexpected argument '{}' — one command and one wall", positional[2]));
   }
   if (o_.check && o_.command != "apply") {
     return fail(kExitUsage, "--check goes with apply (fy-wall apply <wall> --check)");
@@ -236,8 +254,8 @@ Result<Settings> Cli::settings() {
                                          : s.has_host;
     if (!has && !o_.flags.any()) {
       return make_error(Errc::invalid_argument,
-                        "{} has no [{}] section — add one, or pass the values as flags",
-                        *o_.config, wall_name(*o_.wall));
+                        "{} has no [{}] section — add one, or pass the values as flags", *o_.config,
+                        wall_name(*o_.wall));
     }
   }
   FY_TRY(apply_flags(s, *o_.wall, o_.flags));
@@ -387,7 +405,8 @@ int Cli::cmd_apply() {
     how = fmt::format(" — {} chain(s) it no longer defines deleted", plan->extra_chains);
   }
   if (o_.check) {
-    std::string extra = r->guard ? "; the policy routes are checked for shape only" : "";
+    std::string extra =
+        r->guard ? " (netlink has no dry run: the policy routes were only validated)" : "";
     fmt::print(out_,
                "✓ check passed: the {} wall's config is valid and the kernel accepts its "
                "transaction ({}); nothing was changed{}\n",
@@ -417,8 +436,12 @@ int Cli::cmd_remove() {
   if (!s) return fail(s.error());
   std::vector<TableRef> tables;
   switch (*o_.wall) {
-    case Wall::machine: tables = machine_tables(); break;
-    case Wall::guard: tables = guard_tables(); break;
+    case Wall::machine:
+      tables = machine_tables();
+      break;
+    case Wall::guard:
+      tables = guard_tables();
+      break;
     case Wall::host:
       if (!s->host.vm) {
         return fail(kExitBadInput, o_.config ? fmt::format("{}: [host].vm is not set — write "
@@ -451,8 +474,8 @@ int Cli::cmd_remove() {
     into += (into.empty() ? "" : ", ") + t.str();
   }
   if (auto a = nft->run(render_remove(tables)); !a) {
-    return fail(kExitSystem, fmt::format("{} wall not removed: {}", wall_name(*o_.wall),
-                                         a.error().message));
+    return fail(kExitSystem,
+                fmt::format("{} wall not removed: {}", wall_name(*o_.wall), a.error().message));
   }
   std::string msg = removed.empty() ? "nothing to remove" : "removed " + removed;
   if (!absent.empty()) msg += fmt::format(" (already absent: {})", absent);
@@ -599,8 +622,9 @@ int Cli::cmd_status() {
     if (rts->empty()) fmt::print(out_, "route table {}: EMPTY\n", table);
     if (r) {
       if (missing == 0 && extra == 0 && route_ok) {
-        fmt::print(out_, "policy routes: {} rule(s) at priority {} and the lo route, as "
-                         "rendered\n",
+        fmt::print(out_,
+                   "policy routes: {} rule(s) at priority {} and the lo route, as "
+                   "rendered\n",
                    expect.size(), prio);
       } else {
         good = false;
@@ -634,8 +658,7 @@ int Cli::cmd_status() {
     size_t total = 0;
     auto lines = kernel_log_lines(needles, o_.log_lines, &total);
     if (!lines) {
-      fmt::print(out_, "denied: (the kernel log could not be read: {})\n",
-                 lines.error().message);
+      fmt::print(out_, "denied: (the kernel log could not be read: {})\n", lines.error().message);
     } else {
       fmt::print(out_, "denied: {} line(s) in the kernel log{}\n", total,
                  total > lines->size() ? fmt::format(", the newest {}", lines->size()) : "");

@@ -78,8 +78,7 @@ std::optional<T> take(cfg::Table& t, std::string_view key, Result<T> r) {
 }
 
 template <class T>
-void set(std::optional<Sourced<T>>& out, cfg::Table& t, std::string_view key,
-         std::optional<T> v) {
+void set(std::optional<Sourced<T>>& out, cfg::Table& t, std::string_view key, std::optional<T> v) {
   if (v) out = Sourced<T>{std::move(*v), t.where(key)};
 }
 
@@ -116,12 +115,13 @@ void read_wall_keys(cfg::Table& t, WallKeys& k) {
   if (auto g = t.string("gateway")) {
     auto ip = parse_ipv4(*g);
     std::optional<uint32_t> v;
-    if (ip) v = take(t, "gateway", check_gateway(*ip));
-    else t.error("gateway", ip.error().message);
+    if (ip)
+      v = take(t, "gateway", check_gateway(*ip));
+    else
+      t.error("gateway", ip.error().message);
     set(k.gateway, t, "gateway", v);
   }
-  set(k.ports, t, "ports",
-      string_or_list<std::vector<PortRange>>(t, "ports", [](const auto& x) {
+  set(k.ports, t, "ports", string_or_list<std::vector<PortRange>>(t, "ports", [](const auto& x) {
         return parse_ports(x);
       }));
   if (auto f = t.string("subuid_file")) {
@@ -190,8 +190,8 @@ Error missing(const Settings& s, const char* section, const char* key, const cha
                       flag_name, flag_name, example);
   }
   return make_error(Errc::invalid_argument,
-                    "{}: [{}].{} is not set — write {} = {} in [{}], or pass {}", s.path,
-                    section, key, key, example, section, flag_name);
+                    "{}: [{}].{} is not set — write {} = {} in [{}], or pass {}", s.path, section,
+                    key, key, example, section, flag_name);
 }
 
 Result<std::string> read_small_file(const std::string& path, bool* absent) {
@@ -288,9 +288,12 @@ Sourced<std::string> pick_subuid_file(const std::optional<Sourced<std::string>>&
 
 const char* wall_name(Wall w) {
   switch (w) {
-    case Wall::machine: return "machine";
-    case Wall::guard: return "guard";
-    case Wall::host: return "host";
+    case Wall::machine:
+      return "machine";
+    case Wall::guard:
+      return "guard";
+    case Wall::host:
+      return "host";
   }
   return "?";
 }
@@ -330,8 +333,10 @@ Result<Settings> read_config(std::string_view text, const std::string& path) {
     if (auto l = g->string("listener")) {
       auto ip = parse_ipv4(*l);
       std::optional<uint32_t> v;
-      if (ip) v = take(*g, "listener", check_listener(*ip));
-      else g->error("listener", ip.error().message);
+      if (ip)
+        v = take(*g, "listener", check_listener(*ip));
+      else
+        g->error("listener", ip.error().message);
       set(s.guard.listener, *g, "listener", v);
     }
     set(s.guard.route_table, *g, "route_table",

@@ -26,7 +26,9 @@ bool mentions(std::string_view text, std::string_view what) {
 
 }  // namespace
 
-void NftCtxFree::operator()(nft_ctx* c) const noexcept { nft_ctx_free(c); }
+void NftCtxFree::operator()(nft_ctx* c) const noexcept {
+  nft_ctx_free(c);
+}
 
 Result<Nft> Nft::open() {
   NftCtxPtr ctx(nft_ctx_new(NFT_CTX_DEFAULT));

@@ -123,8 +123,8 @@ Result<std::vector<Cidr4>> finish_cidrs(std::vector<Cidr4> out) {
       uint32_t mask = p == 0 ? 0 : ~uint32_t{0} << (32 - p);
       if ((out[i].net & mask) == (out[j].net & mask)) {
         return make_error(Errc::invalid_argument,
-                          "prefixes {} and {} overlap — list each range once",
-                          format_cidr(out[i]), format_cidr(out[j]));
+                          "prefixes {} and {} overlap — list each range once", format_cidr(out[i]),
+                          format_cidr(out[j]));
       }
     }
   }
@@ -132,8 +132,8 @@ Result<std::vector<Cidr4>> finish_cidrs(std::vector<Cidr4> out) {
 }
 
 bool name_char(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-         c == '_' || c == '.' || c == '-';
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+         c == '.' || c == '-';
 }
 
 }  // namespace
@@ -201,7 +201,9 @@ Result<uint32_t> parse_ipv4(std::string_view s) {
                     shown(s));
 }
 
-Result<Cidr4> parse_cidr4(std::string_view s) { return parse_cidr_item(trim_ows(s)); }
+Result<Cidr4> parse_cidr4(std::string_view s) {
+  return parse_cidr_item(trim_ows(s));
+}
 
 Result<std::vector<Cidr4>> parse_cidrs(std::string_view list) {
   std::vector<Cidr4> out;

@@ -65,13 +65,13 @@ Result<std::string> parse_cgroup_path(std::string_view s);
 int cgroup_level(std::string_view normalized);
 
 // Formatters, in nft's own spelling.
-std::string format_range(const PortRange& r);                    // "41000-41089", "41000"
-std::string format_id_range(const IdRange& r);                   // "4242", "100000-165535"
+std::string format_range(const PortRange& r);   // "41000-41089", "41000"
+std::string format_id_range(const IdRange& r);  // "4242", "100000-165535"
 std::string format_ipv4(uint32_t host_order);
 std::string format_cidr(const Cidr4& c);
-std::string format_ports(const std::vector<PortRange>& ports);   // "41000-41089, 41100"
-std::string format_ids(const std::vector<IdRange>& ids);         // "1000, 100000-165535"
-std::string format_cidrs(const std::vector<Cidr4>& cidrs);       // "10.0.0.0/8, ..."
+std::string format_ports(const std::vector<PortRange>& ports);  // "41000-41089, 41100"
+std::string format_ids(const std::vector<IdRange>& ids);        // "1000, 100000-165535"
+std::string format_cidrs(const std::vector<Cidr4>& cidrs);      // "10.0.0.0/8, ..."
 // The host wall's ct mark, written as the reference does (%#010x).
 std::string format_mark(uint16_t proxy_port_base);
 

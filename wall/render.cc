@@ -22,7 +22,8 @@ namespace {
 // hook, holding either all the old rules or all the new ones.
 std::string flush_preamble(const std::vector<TableRef>& tables) {
   std::string out;
-  for (const TableRef& t : tables) out += fmt::format("table {}\nflush table {}\n", t.str(), t.str());
+  for (const TableRef& t : tables)
+    out += fmt::format("table {}\nflush table {}\n", t.str(), t.str());
   return out;
 }
 
@@ -38,9 +39,13 @@ std::vector<TableRef> machine_tables() {
   return {{"inet", kMachineTable}, {"ip6", kMachineTable6}};
 }
 
-std::vector<TableRef> guard_tables() { return {{"ip", kGuardTable}}; }
+std::vector<TableRef> guard_tables() {
+  return {{"ip", kGuardTable}};
+}
 
-std::vector<TableRef> host_tables(const HostSpec& h) { return host_tables_for(h.vm); }
+std::vector<TableRef> host_tables(const HostSpec& h) {
+  return host_tables_for(h.vm);
+}
 
 std::vector<TableRef> host_tables_for(const std::string& vm) {
   return {{"inet", host_table_name(vm)}};
@@ -173,8 +178,8 @@ std::string render_host(const HostSpec& h) {
       fmt::format("socket cgroupv2 level {} \"{}\"", cgroup_level(h.cgroup), h.cgroup);
   const std::string mark = format_mark(h.proxy_port_base);
   std::string out;
-  out += fmt::format("# fy-wall host wall for VM '{}': its processes (cgroup {})\n", h.vm,
-                     h.cgroup);
+  out +=
+      fmt::format("# fy-wall host wall for VM '{}': its processes (cgroup {})\n", h.vm, h.cgroup);
   out += "# may reach DNS, and loopback only on the project's port band.\n";
   out += "# Apply with `fy-wall apply host`: this text replaces the table's rules in one\n";
   out += "# transaction. The cgroup must exist when it is applied (nft keys on its id).\n";
@@ -213,7 +218,8 @@ std::string render_host(const HostSpec& h) {
 
 std::string render_remove(const std::vector<TableRef>& tables) {
   std::string out;
-  for (const TableRef& t : tables) out += fmt::format("table {}\ndelete table {}\n", t.str(), t.str());
+  for (const TableRef& t : tables)
+    out += fmt::format("table {}\ndelete table {}\n", t.str(), t.str());
   return out;
 }
 
@@ -234,8 +240,8 @@ std::vector<std::string> rendered_chains(const std::string& text, const TableRef
 }
 
 std::string PolicyRule::str() const {
-  return fmt::format("priority {} uidrange {}-{} to {}/32 ipproto tcp dport {} lookup {}",
-                     priority, uids.lo, uids.hi, format_ipv4(to), format_range(dport), table);
+  return fmt::format("priority {} uidrange {}-{} to {}/32 ipproto tcp dport {} lookup {}", priority,
+                     uids.lo, uids.hi, format_ipv4(to), format_range(dport), table);
 }
 
 std::vector<PolicyRule> guard_rules(const GuardSpec& g) {
@@ -255,10 +261,11 @@ std::string describe_machine(const MachineSpec& m) {
 }
 
 std::string describe_guard(const GuardSpec& g) {
-  return fmt::format("{}: {} tcp {{{}}} redirected to {} (port kept) through lo; direct "
-                     "connections refused",
-                     describe_walled(g.walled), format_ipv4(g.gateway), format_ports(g.ports),
-                     format_ipv4(g.listener));
+  return fmt::format(
+      "{}: {} tcp {{{}}} redirected to {} (port kept) through lo; direct "
+      "connections refused",
+      describe_walled(g.walled), format_ipv4(g.gateway), format_ports(g.ports),
+      format_ipv4(g.listener));
 }
 
 std::string describe_host(const HostSpec& h) {

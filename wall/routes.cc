@@ -67,8 +67,7 @@ int on_rule(nl_msg* msg, void* arg) {
   if (prio != st->priority || rule_table(frh, tb) != st->table) return NL_OK;
 
   LiveRule lr;
-  lr.raw.assign(static_cast<const char*>(nlmsg_data(nlh)),
-                static_cast<size_t>(nlmsg_datalen(nlh)));
+  lr.raw.assign(static_cast<const char*>(nlmsg_data(nlh)), static_cast<size_t>(nlmsg_datalen(nlh)));
   PolicyRule& r = lr.rule;
   r.table = st->table;
   r.priority = prio;
@@ -113,7 +112,9 @@ int lo_index() {
 
 }  // namespace
 
-void NlSockFree::operator()(nl_sock* s) const noexcept { nl_socket_free(s); }
+void NlSockFree::operator()(nl_sock* s) const noexcept {
+  nl_socket_free(s);
+}
 
 Result<PolicyRoutes> PolicyRoutes::open() {
   NlSockPtr sock(nl_socket_alloc());
@@ -201,8 +202,7 @@ Result<std::vector<LiveRoute>> PolicyRoutes::routes(uint32_t table) {
                  rtnl_route_get_type(r) == RTN_UNICAST;
     }
     lr.str = fmt::format("{}/{} {}", format_ipv4(lr.dst), lr.dst_len,
-                         lr.oif == lo ? std::string("dev lo")
-                                      : fmt::format("oif {}", lr.oif));
+                         lr.oif == lo ? std::string("dev lo") : fmt::format("oif {}", lr.oif));
     out.push_back(std::move(lr));
   }
   return out;
@@ -227,8 +227,8 @@ Result<void> PolicyRoutes::replace_route(uint32_t gateway, uint32_t table) {
   rtnl_route_nh_set_ifindex(nh, lo_index());
   rtnl_route_add_nexthop(route.get(), nh);  // the route owns nh from here
   if (int err = rtnl_route_add(sock_.get(), route.get(), NLM_F_REPLACE); err < 0) {
-    return nl_failure(err, fmt::format("set the route {}/32 dev lo table {}",
-                                       format_ipv4(gateway), table));
+    return nl_failure(
+        err, fmt::format("set the route {}/32 dev lo table {}", format_ipv4(gateway), table));
   }
   return ok();
 }

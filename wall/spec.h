@@ -44,10 +44,10 @@ struct Principal {
 // The machine wall (inet fy_wall + ip6 fy_wall6), in the guest.
 struct MachineSpec {
   Principal walled;
-  uint32_t gateway = 0;                // host order
-  std::vector<PortRange> ports;        // the project's daemon port bands, sorted, disjoint
-  std::vector<Cidr4> resolvers;        // where DNS (udp/tcp 53) may go
-  std::vector<Cidr4> forward_allow;    // what the forward chain admits
+  uint32_t gateway = 0;              // host order
+  std::vector<PortRange> ports;      // the project's daemon port bands, sorted, disjoint
+  std::vector<Cidr4> resolvers;      // where DNS (udp/tcp 53) may go
+  std::vector<Cidr4> forward_allow;  // what the forward chain admits
 };
 
 // The forwarder's guard (ip fy_guard + uid-scoped policy routes), in the guest.
@@ -62,8 +62,8 @@ struct GuardSpec {
 
 // The host wall (inet fy_host_wall_<vm>), on a Linux host.
 struct HostSpec {
-  std::string vm;          // the VM's name as given; the table name is made nft-safe
-  std::string cgroup;      // the VM's slice, relative to the cgroup2 root, no leading '/'
+  std::string vm;                // the VM's name as given; the table name is made nft-safe
+  std::string cgroup;            // the VM's slice, relative to the cgroup2 root, no leading '/'
   std::vector<PortRange> ports;  // the project's port band
   uint16_t proxy_port_base = 0;  // the ct mark is (0xF4 << 24) | proxy_port_base
 };
@@ -80,6 +80,7 @@ inline constexpr uint32_t kDefaultRouteTable = 4747;
 inline constexpr uint32_t kDefaultRulePriority = 4747;
 inline constexpr const char* kDefaultSubuidFile = "/etc/subuid";
 // RFC 1918 plus loopback: the reference's private resolvers and forward targets.
-inline constexpr const char* kPrivateRanges = "127.0.0.0/8, 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16";
+inline constexpr const char* kPrivateRanges =
+    "127.0.0.0/8, 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16";
 
 }  // namespace fy::wall

@@ -92,7 +92,7 @@ Result<std::vector<std::string>> kernel_log_lines(const std::vector<std::string>
     if (n < 0) {
       if (errno == EPIPE) continue;  // a record was overwritten while reading; go on
       if (errno == EINTR) continue;
-      break;                          // EAGAIN: the end of the log
+      break;  // EAGAIN: the end of the log
     }
     if (n == 0) break;
     std::string_view rec(buf, static_cast<size_t>(n));

@@ -37,8 +37,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto ports = gk.ports ? gk.ports : mk.ports;
   if (gw && ports) {
     auto [table, prio] = guard_route_ids(*s);
-    GuardSpec g{who, gw->value, ports->value,
-                gk.listener ? gk.listener->value : *parse_ipv4(kDefaultListener), table, prio};
+    GuardSpec g{who,          gw->value,
+                ports->value, gk.listener ? gk.listener->value : *parse_ipv4(kDefaultListener),
+                table,        prio};
     (void)render_guard(g);
   }
   if (auto h = host_spec(*s)) (void)render_host(*h);

@@ -128,7 +128,8 @@ class Reapply(unittest.TestCase):
         self.assertEqual(len(rules), 4, rules)  # 2 uid ranges x 2 bands, once each
         self.assertEqual(len(set(rules)), 4, rules)
         routes = n.sh("ip", "-n", self.ns, "route", "show", "table", "4747").stdout
-        self.assertEqual(routes.strip().splitlines(), ["192.168.5.2 dev lo proto static scope link"])
+        self.assertEqual(routes.strip().splitlines(),
+                         ["192.168.5.2 dev lo proto static scope link"])
         st = self.wall("status", "guard", *args)
         self.assertEqual(st.returncode, 0, st.stdout)
 

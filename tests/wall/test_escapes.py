@@ -226,11 +226,11 @@ class Escapes(unittest.TestCase):
         for which in ("reference", "fy-wall"):
             n.in_ns(self.t.guest, "nft", "delete", "table", "inet", "fy_wall")
             n.in_ns(self.t.guest, "nft", "delete", "table", "ip6", "fy_wall6")
-            srv = n.Server(self.t.pub, "hold", f"hold:{T.PUBLIC}:{4443 if which == 'reference' else 4444}")
+            port = 4443 if which == "reference" else 4444
+            srv = n.Server(self.t.pub, "hold", f"hold:{T.PUBLIC}:{port}")
             h = n.spawn(n.nsexec(self.t.guest, "setpriv", f"--reuid={U}", f"--regid={U}",
-                                 "--clear-groups", n.PY, n.PROBE, "hold", T.PUBLIC,
-                                 4443 if which == "reference" else 4444, "--timeout", "2",
-                                 "--payload", "after-wall"),
+                                 "--clear-groups", n.PY, n.PROBE, "hold", T.PUBLIC, port,
+                                 "--timeout", "2", "--payload", "after-wall"),
                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
             self.assertIn('"connected"', h.stdout.readline())
             if which == "reference":

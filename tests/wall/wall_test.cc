@@ -13,7 +13,9 @@ using namespace fy::wall;
 
 namespace {
 
-std::string err(const fy::Error& e) { return e.message; }
+std::string err(const fy::Error& e) {
+  return e.message;
+}
 
 MachineSpec machine() {
   MachineSpec m;
@@ -46,8 +48,8 @@ TEST_CASE("IPv4 addresses: dotted quad, no leading zeros, nothing else") {
   CHECK(*parse_ipv4("192.168.5.2") == 0xc0a80502u);
   CHECK(*parse_ipv4("0.0.0.0") == 0u);
   CHECK(*parse_ipv4("255.255.255.255") == 0xffffffffu);
-  for (const char* bad : {"", "1.2.3", "1.2.3.4.", "01.2.3.4", "1.2.3.256", "1.2.3.-4",
-                          "1..2.3", "a.b.c.d", "1.2.3.4 ", "::1", "1.2.3.4/8"}) {
+  for (const char* bad : {"", "1.2.3", "1.2.3.4.", "01.2.3.4", "1.2.3.256", "1.2.3.-4", "1..2.3",
+                          "a.b.c.d", "1.2.3.4 ", "::1", "1.2.3.4/8"}) {
     CAPTURE(bad);
     CHECK_FALSE(parse_ipv4(bad).ok());
   }
@@ -134,8 +136,7 @@ TEST_CASE("config: sections, types, unknown keys, file:line errors") {
   REQUIRE_FALSE(bad.ok());
   const std::string& m = bad.error().message;
   CHECK(m.find("b.toml:2:15: [machine].ports[1]: expected a string") != std::string::npos);
-  CHECK(m.find("b.toml:3:8: [machine].user: expected a login name or a uid") !=
-        std::string::npos);
+  CHECK(m.find("b.toml:3:8: [machine].user: expected a login name or a uid") != std::string::npos);
   CHECK(m.find("b.toml:4:8: unknown key 'what' in [machine]") != std::string::npos);
   CHECK(m.find("unknown key 'x' in the top level") != std::string::npos);
   CHECK(read_config("not toml = = 1", "c.toml").error().message.find("c.toml:1:") == 0);

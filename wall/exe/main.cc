@@ -3,4 +3,6 @@
 
 #include "wall/cli.h"
 
-int main(int argc, char** argv) { return fy::wall::run_cli(argc, argv, stdout, stderr); }
+int main(int argc, char** argv) {
+  return fy::wall::run_cli(argc, argv, stdout, stderr);
+}
