@@ -357,7 +357,10 @@ std::string replace_whole(const std::string& text) {
 // Makes /sys/fs/cgroup a cgroup2 view when the host wall needs one.
 Result<void> host_prepare(const std::optional<HostSpec>& h) {
   bool mounted = false;
-  FY_TRY(ensure_cgroup2_view(&mounted));
+  if (auto v = ensure_cgroup2_view(&mounted); !v) {
+    return Error{v.error().code == Errc::permission ? Errc::permission : Errc::io,
+                 v.error().message};  // the system's state, not input
+  }
   if (h) {
     auto e = check_cgroup_exists(h->cgroup);
     if (!e) return Error{Errc::io, e.error().message};  // the system's state, not input
@@ -567,6 +570,7 @@ int Cli::cmd_status() {
                  tables[i].str());
       continue;
     }
+    **live = sorted_chains(**live);
     if (**live == want[i]) {
       fmt::print(out_, "table {}: PRESENT, as rendered\n", tables[i].str());
       continue;

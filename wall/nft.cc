@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <algorithm>
 #include <thread>
 
 #include "core/text.h"
@@ -109,6 +110,30 @@ Result<std::optional<std::string>> Nft::list(const TableRef& t, bool stateless) 
   return std::optional<std::string>(std::move(*out));
 }
 
+std::string sorted_chains(std::string_view listing) {
+  std::string head, tail;
+  std::vector<std::pair<std::string, std::string>> chains;  // name, block
+  std::string* block = nullptr;
+  while (!listing.empty()) {
+    size_t nl = listing.find('\n');
+    std::string_view line = listing.substr(0, nl);
+    listing.remove_prefix(nl == std::string_view::npos ? listing.size() : nl + 1);
+    std::string_view t = trim_ows(line);
+    if (t.starts_with("chain ") && t.ends_with("{")) {
+      chains.emplace_back(std::string(t.substr(6, t.find(' ', 6) - 6)), "");
+      block = &chains.back().second;
+    }
+    if (t.empty()) continue;  // the blank lines between chains
+    std::string& into = block ? *block : (chains.empty() ? head : tail);
+    into.append(line).push_back('\n');
+    if (block && line == "\t}") block = nullptr;
+  }
+  std::sort(chains.begin(), chains.end());
+  std::string out = head;
+  for (const auto& [name, text] : chains) out += text;
+  return out + tail;
+}
+
 Result<std::vector<std::string>> canonical_listing(const std::string& ruleset,
                                                    const std::vector<TableRef>& tables) {
   Result<std::vector<std::string>> result = make_error(Errc::internal, "not run");
@@ -139,7 +164,7 @@ Result<std::vector<std::string>> canonical_listing(const std::string& ruleset,
         result = std::move(l).take_error();
         return;
       }
-      out.push_back(l->value_or(""));
+      out.push_back(sorted_chains(l->value_or("")));
     }
     result = std::move(out);
   });

@@ -45,6 +45,11 @@ class Nft {
   NftCtxPtr ctx_;
 };
 
+// A table listing with its chains in name order: the order nft lists chains
+// in is the order they were created, which means nothing to the packet path
+// (a table whose `walled` chain was added by a later apply lists it last).
+std::string sorted_chains(std::string_view listing);
+
 // What the kernel would list for `tables` after `ruleset` is applied: the
 // ruleset is applied in a fresh, empty network namespace of a helper thread
 // and listed there (stateless). Comparing this with the live listing tells

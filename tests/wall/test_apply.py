@@ -141,6 +141,37 @@ class Reapply(unittest.TestCase):
         self.assertEqual(st.returncode, 0, st.stdout)
         self.assertEqual(len(rule_lines(self.listing("inet", "fy_host_wall_re"))), 14)
 
+    def test_apply_deletes_chains_it_no_longer_defines(self):
+        args = n.machine_args(self.ident)
+        self.apply_times("machine", args, 1)
+        n.in_ns(self.ns, "nft", "add", "chain", "inet", "fy_wall", "stale")
+        n.in_ns(self.ns, "nft", "insert", "rule", "inet", "fy_wall", "output", "jump", "stale")
+        r = self.wall("apply", "machine", *args)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("1 chain(s) it no longer defines deleted", r.stdout)
+        self.assertNotIn("stale", self.listing("inet", "fy_wall"))
+        self.assertEqual(self.wall("status", "machine", *args).returncode, 0)
+
+    def test_apply_replaces_a_chain_of_another_shape(self):
+        args = n.machine_args(self.ident)
+        self.wall("remove", "machine")
+        n.sh(*n.nsexec(self.ns, "nft", "-f", "-"), input=(
+            "table inet fy_wall {\n chain output {\n"
+            "  type filter hook output priority 10; policy accept;\n }\n}\n"))
+        r = self.wall("apply", "machine", *args)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("replaced whole: a live chain had another shape", r.stdout)
+        self.assertEqual(self.wall("status", "machine", *args).returncode, 0)
+
+    def test_status_ignores_the_order_chains_were_created_in(self):
+        args = n.machine_args(self.ident)
+        n.sh(*n.nsexec(self.ns, "nft", "-f", "-"), input=n.reference_machine_wall())
+        self.apply_times("machine", args, 1)  # `walled` is created after `forward` here
+        listing = self.listing("inet", "fy_wall")
+        self.assertLess(listing.index("chain forward"), listing.index("chain walled"))
+        st = self.wall("status", "machine", *args)
+        self.assertEqual(st.returncode, 0, st.stdout)
+
     def test_check_changes_nothing(self):
         self.wall("remove", "machine")
         r = self.wall("apply", "machine", "--check", *n.machine_args(self.ident))
