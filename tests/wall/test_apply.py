@@ -304,6 +304,40 @@ class ApplyUnderLoad(unittest.TestCase):
               f"packets observed past the wall: {leaked}", flush=True)
         self.assertGreater(leaked, 0, "the observers cannot see a leak: the proof is void")
 
+    def test_guard_reapply_never_lets_a_walled_connection_reach_the_host(self):
+        """The guard re-applied between one band and two while the walled
+        client connects to the first band: every connection reaches the
+        forwarder stand-in, none the host."""
+        fwd = n.Server(self.t.guest, "fwd", "fwd:127.42.0.1:41000")
+        n.sh(*n.nsexec(self.t.host, "nft", "-f", "-"), input=(
+            "table inet fyw_obs_guard {\n chain pre {\n"
+            "  type filter hook prerouting priority -400; policy accept;\n"
+            f"  ip saddr {T.GUEST} tcp dport 41000 counter\n }}\n}}\n"))
+
+        def direct():
+            out = n.in_ns(self.t.host, "nft", "list", "table", "inet", "fyw_obs_guard").stdout
+            return int(re.search(r"counter packets (\d+)", out).group(1))
+
+        def apply_once(ports):
+            r = self.ident.fy_wall(self.t.guest, "apply", "guard",
+                                   *n.guard_args(self.ident, ports=ports))
+            self.assertEqual(r.returncode, 0, r.stderr)
+        try:
+            apply_once("41000-41089")
+            base = direct()
+            counts, applied, _ = self.storm(apply_once)
+        finally:
+            self.ident.fy_wall(self.t.guest, "remove", "guard")
+        accepted = len([r for r in fwd.records() if r.startswith("accept fwd")])
+        print(f"\nmeasure: guard storm: {applied} applies, walled band connections "
+              f"{counts['gw_band']}, reached the forwarder {accepted}, reached the host "
+              f"{direct() - base} packets", flush=True)
+        self.assertGreaterEqual(applied, 10)
+        self.assertEqual(direct() - base, 0)
+        self.assertEqual(counts["gw_band"]["refused"], 0, counts)
+        self.assertGreaterEqual(accepted, counts["gw_band"]["ok"])
+        self.assertGreater(counts["gw_band"]["ok"], 100)
+
     def set_rendering(self, ports, preamble):
         """The wall as fy-wall rendered it before it dropped anonymous sets."""
         text = self.ident.fy_wall(None, "render", "machine",
