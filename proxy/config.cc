@@ -30,6 +30,9 @@ usage: fy-proxy [options]
   --system-roots FILE       the system roots (default /etc/ssl/certs/ca-certificates.crt)
   --stamp-key FILE          the forwarder's stamp key (64 hex chars, mode 0600): verify stamps
   --resolve HOST=IP         answer HOST with IP instead of DNS (repeatable)
+  --connect-to H:P=IP:P     connect to IP:P whenever H:P is dialled (repeatable)
+  --host-env FILE           the host env file: FY_INJECT_<SWITCH>=<secret> lines
+  --build-tokens FILE       hashed build secrets: {"tokens": {"<sha256>": "<expiry>"}}
   --learn-window SECONDS    learn window of a first-start policy (default 3600, max 28800)
   --max-connections N       clients at once; more are answered 503 (default 16384)
   --max-head-bytes N        request head limit, 431 beyond (default 65536)
@@ -40,6 +43,7 @@ usage: fy-proxy [options]
   --io-timeout S            silence during an exchange (504; default 300)
   --tunnel-idle-timeout S   silence in a tunnel (default 3600)
   --drain-timeout S         on SIGTERM, how long open work may finish (default 10)
+  --minter-timeout S        a credential minter that has not answered is killed (default 30)
   --cert-cache N            minted leaf certificates kept (default 1024)
   --log-level LEVEL         debug, info, warn, error (default info)
   --config FILE             read these settings from a TOML file (keys as the flags,
@@ -135,6 +139,17 @@ Result<void> apply(Config& c, std::string_view key, const std::string& v, std::s
       return make_error(Errc::invalid_argument, "{} {}: expected HOST=IP with an IP literal", flag,
                         v);
     c.resolve.emplace_back(*host, ip);
+  } else if (key == "connect-to") {
+    size_t eq = v.find('=');
+    auto from = eq == std::string::npos ? Result<HostPort>(Error{}) : parse_authority(v.substr(0, eq), 0);
+    auto to = eq == std::string::npos ? Result<HostPort>(Error{}) : parse_authority(v.substr(eq + 1), 0);
+    if (!from || !to || !(is_ipv4_literal(to->host) || is_ipv6_literal(to->host)))
+      return make_error(Errc::invalid_argument, "{} {}: expected HOST:PORT=IP:PORT", flag, v);
+    c.connect_to.emplace_back(from->authority(), to->authority());
+  } else if (key == "host-env") {
+    c.host_env_file = v;
+  } else if (key == "build-tokens") {
+    c.build_tokens_file = v;
   } else if (key == "learn-window") {
     auto n = parse_seconds(flag, v);
     if (!n) return std::move(n).take_error();
@@ -170,6 +185,7 @@ Result<void> apply(Config& c, std::string_view key, const std::string& v, std::s
     else if (key == "io-timeout") target = &c.limits.io_timeout_ms;
     else if (key == "tunnel-idle-timeout") target = &c.limits.tunnel_idle_timeout_ms;
     else if (key == "drain-timeout") target = &c.limits.drain_timeout_ms;
+    else if (key == "minter-timeout") target = &c.limits.minter_timeout_ms;
     if (!target)
       return make_error(Errc::invalid_argument, "unknown option {}: see fy-proxy --help", flag);
     auto n = parse_seconds(flag, v);
@@ -191,7 +207,8 @@ Result<void> apply_file(Config& c, const std::string& path) {
       "listen", "admin", "state_dir", "policy", "netlog", "netlog_max_bytes", "netlog_backups",
       "port_file", "upstream_ca", "system_roots", "stamp_key", "learn_window", "max_connections",
       "max_head_bytes", "max_headers", "head_timeout", "idle_timeout", "connect_timeout",
-      "io_timeout", "tunnel_idle_timeout", "drain_timeout", "cert_cache", "log_level"};
+      "io_timeout", "tunnel_idle_timeout", "drain_timeout", "cert_cache", "log_level",
+      "host_env", "build_tokens", "minter_timeout"};
   for (const char* k : kKeys) {
     std::string type = root.type_of(k);
     if (type.empty()) continue;
@@ -209,6 +226,12 @@ Result<void> apply_file(Config& c, const std::string& path) {
       if (ch == '_') ch = '-';
     auto r = apply(c, flag_key, value, root.where(k) + ": " + k);
     if (!r) root.error(k, r.error().message);
+  }
+  if (auto ct = root.string_map("connect_to")) {
+    for (auto& [from, to] : *ct) {
+      auto r = apply(c, "connect-to", from + "=" + to, root.where("connect_to") + ": connect_to");
+      if (!r) root.error("connect_to", r.error().message);
+    }
   }
   if (auto res = root.string_map("resolve")) {
     for (auto& [h, ip] : *res) {

@@ -24,6 +24,7 @@ struct Limits {
   uint64_t tunnel_idle_timeout_ms = 3'600'000;  // no byte either way in a tunnel
   uint64_t tls_handshake_timeout_ms = 10'000;
   uint64_t drain_timeout_ms = 10'000;       // SIGTERM: how long open work may finish
+  uint64_t minter_timeout_ms = 30'000;      // a minter that has not answered is killed
 };
 
 struct Config {
@@ -40,6 +41,10 @@ struct Config {
   std::string upstream_ca;  // extra PEM bundle trusted for origins
   std::string stamp_key_file;
   std::vector<std::pair<std::string, std::string>> resolve;  // host -> IP literal
+  // "host:port" -> "ip:port": where to connect instead (tests, pinning)
+  std::vector<std::pair<std::string, std::string>> connect_to;
+  std::string host_env_file;      // the secrets of static/github-app rules: FY_INJECT_<SWITCH>=...
+  std::string build_tokens_file;  // build secrets: {"tokens": {"<sha256>": "<expiry>"}}
   size_t cert_cache = 1024;
   uint64_t learn_window_ms = 3600 * 1000;  // first-start learn window
   log::Level log_level = log::Level::info;

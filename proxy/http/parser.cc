@@ -10,6 +10,20 @@ std::optional<std::string_view> Head::get(std::string_view name) const {
   return std::nullopt;
 }
 
+void Head::rebase(const char* from, const char* to) {
+  auto move = [&](std::string_view& v) {
+    if (v.data() == nullptr) return;
+    v = std::string_view(to + (v.data() - from), v.size());
+  };
+  // method points at llhttp's static name table, not into the head.
+  move(target);
+  move(reason);
+  for (Header& h : headers) {
+    move(h.name);
+    move(h.value);
+  }
+}
+
 size_t Head::count(std::string_view name) const {
   size_t n = 0;
   for (const Header& h : headers)

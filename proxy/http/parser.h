@@ -59,6 +59,9 @@ struct Head {
   bool keep_alive = true;  // llhttp_should_keep_alive after the head
   bool upgrade = false;    // CONNECT, or a request/101 response with Upgrade
 
+  // Moves every view from the bytes at `from` to a copy of them at `to`.
+  void rebase(const char* from, const char* to);
+
   // First value of `name` (case-insensitive), or nullopt.
   std::optional<std::string_view> get(std::string_view name) const;
   size_t count(std::string_view name) const;

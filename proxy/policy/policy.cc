@@ -165,6 +165,7 @@ Result<std::shared_ptr<const Policy>> Policy::from_doc(cfg::Doc& doc, int64_t no
       p->passthrough_.add(*pat);
     }
   }
+  inject::parse_rules(root, &p->rules_);
   root.finish();
   FY_TRY(doc.result());
   return std::shared_ptr<const Policy>(std::move(p));
@@ -193,12 +194,23 @@ Verdict Policy::judge(const Target& t, int64_t now_ms) const {
       }
     }
   }
+  if (!granted && t.port == 443) {
+    // Implicit allows: an injector host over HTTPS :443 (never cleartext); a
+    // held or overlap host's CONNECT :443, so the proxy can answer inside.
+    if (t.kind != Kind::cleartext && rules_.is_injector_host(t.host)) granted = true;
+    if (t.kind == Kind::connect && rules_.is_answer_host(t.host)) granted = true;
+  }
   if (granted) return Verdict::allow;
   return enforcing(now_ms) ? Verdict::block : Verdict::would_block;
 }
 
-bool Policy::tunnel(std::string_view dest, std::string_view sni, bool /*build*/) const {
+bool Policy::tunnel(std::string_view dest, std::string_view sni, bool build) const {
   if (!sni.empty() && sni != dest) return false;
+  // Hosts the proxy acts on are always decrypted, whatever passthrough says.
+  for (std::string_view h : {dest, sni}) {
+    if (!h.empty() && (rules_.is_injector_host(h) || rules_.is_answer_host(h))) return false;
+  }
+  if (build) return true;  // builds are tunnelled (and still walled)
   return passthrough_.names_host(dest);
 }
 
@@ -219,8 +231,10 @@ std::string Policy::summary(int64_t now_ms) const {
                              : fmt::format("learn: observing until {}",
                                            iso8601_utc(learn_until_ms_, false, true));
   }
-  return fmt::format("allowlist {} · {} grants · {} passthrough entries", mode, grants_,
-                     passthrough_.size());
+  std::string inj;
+  for (const auto& r : rules_.inject) inj += (inj.empty() ? "" : ", ") + r.host;
+  return fmt::format("allowlist {} · {} grants · {} passthrough entries · injecting {}", mode,
+                     grants_, passthrough_.size(), inj.empty() ? "nothing" : inj);
 }
 
 }  // namespace fy::policy

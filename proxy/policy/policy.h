@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/result.h"
+#include "proxy/inject/rules.h"
 #include "proxy/policy/pattern.h"
 
 namespace fy::cfg {
@@ -68,6 +69,9 @@ class Policy {
   // always decrypted.
   bool tunnel(std::string_view dest, std::string_view sni, bool build) const;
 
+  // Credential injection, held dummies and overlaps (issue 3).
+  const inject::Rules& rules() const { return rules_; }
+
   Mode mode() const { return mode_; }
   int64_t learn_until_ms() const { return learn_until_ms_; }
   int64_t observing_since_ms() const { return observing_since_ms_; }
@@ -95,6 +99,7 @@ class Policy {
   PatternSet build_allow_;
   std::vector<TimedGrant> timed_;  // grants with an expiry, checked in order
   PatternSet passthrough_;
+  inject::Rules rules_;
   size_t grants_ = 0;
   std::string failure_;
   std::vector<std::string> warnings_;

@@ -10,7 +10,10 @@
 #include "core/loop.h"
 #include "core/stamp.h"
 #include "core/text.h"
+#include "core/json.h"
 #include "proxy/http/rewrite.h"
+#include "proxy/inject/build_tokens.h"
+#include "proxy/inject/redact.h"
 #include "proxy/server/server.h"
 #include "proxy/tls/client_hello.h"
 
@@ -281,8 +284,9 @@ void Connection::on_client_bytes(const ChunkRef& c, const char* p, size_t n) {
 
 void Connection::process_client(const ChunkRef& c, const char* p, size_t n) {
   while (n > 0 && mode_ == Mode::http && !closing_) {
-    if (req_ == Req::done) {
-      // Pipelined bytes wait until the response is complete.
+    if (req_ == Req::done || req_ == Req::wait) {
+      // Pipelined bytes wait until the response is complete; a body waits
+      // until its head (held for a credential) has gone out.
       stash(c, p, n);
       return;
     }
@@ -358,7 +362,7 @@ void Connection::replay_stash() {
   stash_bytes_ = 0;
   resume_client(kStashFull);
   for (size_t i = 0; i < pending.size(); ++i) {
-    if (closing_ || mode_ != Mode::http || req_ == Req::done) {
+    if (closing_ || mode_ != Mode::http || req_ == Req::done || req_ == Req::wait) {
       // Not consumed yet: keep the rest for later, in order.
       for (size_t j = i; j < pending.size(); ++j) {
         stash_bytes_ += pending[j].len;
@@ -381,6 +385,7 @@ void Connection::begin_row(std::string_view method) {
 }
 
 void Connection::on_request_head(std::string_view head) {
+  head_view_ = head;
   http::ParseError err;
   ++srv_.metrics().requests;
   bool parsed = req_parser_.parse_head(head, &req_head_, &err);
@@ -399,6 +404,7 @@ void Connection::on_request_head(std::string_view head) {
     first_head_ = false;
     bind_stamp(req_head_);
   }
+  if (!in_connect_) note_build_claim();
 
   if (!in_connect_ && req_head_.method_id == HTTP_CONNECT) {
     handle_connect();
@@ -476,14 +482,248 @@ void Connection::on_request_head(std::string_view head) {
     return;
   }
 
+  ex_.target = std::string(path);
+
+  // Overlap 502 and held 401 come before the wall: the proxy answers them
+  // itself, for HTTPS it decrypted. A credential is injected only when the
+  // destination, the Host and the SNI agree.
+  const inject::Rules& rules = srv_.policy().rules();
+  const inject::Rule* rule = nullptr;
+  if (in_connect_ && kind == policy::Kind::https) {
+    if (const inject::Overlap* ov = rules.overlap_for(dest.host, path)) {
+      ++srv_.metrics().overlaps;
+      ex_.row.overlap = true;
+      answer_json(502,
+                  fmt::format("foldyard did not send this request: {} (on your computer: the mode "
+                              "can't be changed from the box)",
+                              ov->message),
+                  !req_parser_.message_complete());
+      return;
+    }
+    if (dest.port == 443 && sni_ == dest.host) rule = rules.rule_for(dest.host, path);
+    if (!rule) {
+      if (const inject::Held* held = rules.held_for(dest.host, path);
+          held && holds_dummy(*held, path)) {
+        // The switch is off and this is its dummy: answer as the provider
+        // would; nothing goes upstream.
+        ++srv_.metrics().held;
+        ex_.row.held = held->axis;
+        answer(401, held->body, !req_parser_.message_complete(), "application/json");
+        return;
+      }
+    }
+  }
+
   int64_t now = wall_ms();
   auto verdict = srv_.policy().judge({dest.host, dest.port, kind, build_}, now);
   if (verdict == policy::Verdict::block) {
+    if (!in_connect_ && !proxy_auth_seen_ &&
+        srv_.policy().judge({dest.host, dest.port, kind, true}, now) == policy::Verdict::allow) {
+      answer_proxy_auth(ex_.row.host);
+      return;
+    }
     refuse(ex_.row.host);
     return;
   }
   if (verdict == policy::Verdict::would_block) log_would_block(ex_.row.host, req_head_.method);
+  if (rule) {
+    inject(*rule, dest, kind, ex_.target);
+    return;
+  }
   forward_request(dest, kind, path);
+}
+
+void Connection::note_build_claim() {
+  // Only the proxy's own hop carries Proxy-Authorization: a build proves
+  // itself with fy-build:<secret>; the bare marker only asks for a tunnel.
+  auto pa = req_head_.get("proxy-authorization");
+  if (!pa) return;
+  proxy_auth_seen_ = true;
+  inject::BuildClaim claim = inject::parse_proxy_authorization(*pa);
+  if (!claim.marker) return;
+  build_marker_ = true;
+  if (!build_ && srv_.build_tokens().valid(claim.secret, wall_ms())) {
+    build_ = true;
+    ++srv_.metrics().builds;
+  }
+}
+
+bool Connection::holds_dummy(const inject::Held& held, std::string_view target) const {
+  auto is_dummy = [&](std::string_view v) {
+    v = trim_ows(v);
+    if (v == held.dummy) return true;
+    if (!held.any_scheme) return false;
+    size_t sp = v.find(' ');
+    if (sp == std::string_view::npos) return false;
+    std::string_view scheme = v.substr(0, sp);
+    for (char ch : scheme)
+      if (ch == ' ' || ch == '\t') return false;
+    return trim_ows(v.substr(sp + 1)) == held.dummy;
+  };
+  if (!held.query_param.empty()) {
+    size_t q = target.find('?');
+    if (q == std::string_view::npos) return false;
+    std::string_view query = target.substr(q + 1);
+    while (!query.empty()) {
+      size_t amp = query.find('&');
+      std::string_view kv = query.substr(0, amp);
+      size_t eq = kv.find('=');
+      if (eq != std::string_view::npos && inject::percent_decode(kv.substr(0, eq)) == held.query_param &&
+          inject::percent_decode(kv.substr(eq + 1)) == held.dummy)
+        return true;
+      if (amp == std::string_view::npos) break;
+      query.remove_prefix(amp + 1);
+    }
+    return false;
+  }
+  for (const http::Header& h : req_head_.headers)
+    if (iequals(h.name, held.header) && is_dummy(h.value)) return true;
+  return false;
+}
+
+void Connection::keep_head(std::string_view head) {
+  // The head's bytes may live in a read chunk that is reused after this
+  // callback: copy them and move the parsed views onto the copy.
+  if (head.data() == owned_head_.data()) return;
+  owned_head_.assign(head);
+  req_head_.rebase(head.data(), owned_head_.data());
+}
+
+void Connection::inject(const inject::Rule& rule, const HostPort& dest, policy::Kind kind,
+                        std::string_view target) {
+  ex_.rule_id = rule.id;
+  ex_.rule_spec = rule.spec();
+  ex_.replay = rule.replay_on_401;
+  ex_.had_body = !req_parser_.message_complete();
+  ex_.row.rule = rule.id;
+  if (!rule.query_param.empty())
+    ex_.row.path = inject::redact_query_param(ex_.row.path, rule.query_param);
+  // The head outlives this read: a credential may be awaited, and a 401 may
+  // make the request go out again.
+  keep_head(head_view_);
+  auto l = srv_.credentials().lookup(rule);
+  switch (l.state) {
+    case inject::CredentialStore::State::ready:
+      forward_request(dest, kind, target, &l.value);
+      l.value.assign(l.value.size(), '\0');
+      return;
+    case inject::CredentialStore::State::failed:
+      answer_mint_failure(l.failure, false);
+      return;
+    case inject::CredentialStore::State::pending: break;
+  }
+  // Hold the head (and any body bytes) until the credential arrives.
+  req_ = Req::wait;
+  pause_client(kWaitCredential);
+  cred_ticket_ = srv_.credentials().wait(rule, [this](const inject::MintOutcome& out) {
+    cred_ticket_ = 0;
+    on_credential(out);
+  });
+}
+
+void Connection::on_credential(const inject::MintOutcome& out) {
+  if (closing_) return;
+  resume_client(kWaitCredential);
+  if (ex_.discard_response) {
+    ex_.discard_response = false;
+    if (!out.ok) {
+      answer_mint_failure(out.reason, /*after_401=*/true);
+      return;
+    }
+  }
+  // The policy may have changed during the mint: the rule must still be the
+  // same, or nothing is injected and the request is judged again.
+  const inject::Rule* rule = srv_.policy().rules().by_id(ex_.rule_id);
+  if (!rule || rule->spec() != ex_.rule_spec) {
+    log::info("c{} switch '{}' changed while its credential was minted: nothing is injected",
+              id_, ex_.rule_id);
+    ex_.rule_id.clear();
+    ex_.row.rule.clear();
+    auto verdict = srv_.policy().judge({ex_.dest.host, ex_.dest.port, ex_.kind, build_}, wall_ms());
+    if (verdict == policy::Verdict::block) {
+      refuse(ex_.row.host);
+      return;
+    }
+    forward_request(ex_.dest, ex_.kind, ex_.target);
+  } else if (!out.ok) {
+    answer_mint_failure(out.reason, false);
+    return;
+  } else {
+    forward_request(ex_.dest, ex_.kind, ex_.target, &out.value);
+  }
+  if (!closing_ && !stash_.empty() && req_ != Req::done) replay_stash();
+}
+
+void Connection::replay_after_401() {
+  // The origin refused the injected credential: drop it, mint once more and
+  // send the request again (it had no body, so it can be sent again).
+  const inject::Rule* rule = srv_.policy().rules().by_id(ex_.rule_id);
+  ++srv_.metrics().replays;
+  ex_.replayed = true;
+  ex_.row.replayed = true;
+  if (!rule || rule->spec() != ex_.rule_spec) {
+    ex_.discard_response = false;
+    ex_.rule_id.clear();
+    forward_request(ex_.dest, ex_.kind, ex_.target);
+    return;
+  }
+  srv_.credentials().invalidate(*rule);
+  cred_ticket_ = srv_.credentials().wait(*rule, [this](const inject::MintOutcome& out) {
+    cred_ticket_ = 0;
+    on_credential(out);
+  }, /*force=*/true);
+}
+
+void Connection::answer_json(int status, const std::string& message, bool close_after) {
+  std::string body = "{\"message\":";
+  json_append_string(body, message);
+  body += "}";
+  answer(status, body, close_after, "application/json");
+}
+
+void Connection::answer_mint_failure(const std::string& reason, bool after_401) {
+  ++srv_.metrics().mint_failures;
+  ex_.row.mint_failed = true;
+  std::string host = ex_.dest.host;
+  answer_json(502,
+              after_401
+                  ? fmt::format("foldyard could not mint a credential for {} after it refused the "
+                                "one this request carried (401): {} (on your computer, `fy host "
+                                "logs` has the details)",
+                                host, reason)
+                  : fmt::format("foldyard could not mint a credential for {}, so this request was "
+                                "not sent: {} (on your computer, `fy host logs` has the details)",
+                                host, reason),
+              !req_parser_.message_complete() || req_ == Req::body);
+}
+
+void Connection::answer_proxy_auth(const std::string& key) {
+  // The destination is open to builds: ask for the build's credential (git
+  // sends the one in its proxy URL only after this challenge).
+  ++srv_.metrics().proxy_auth_challenges;
+  http::Answer a;
+  a.status = 407;
+  a.headers.emplace_back("Proxy-Authenticate", "Basic realm=\"foldyard build\"");
+  a.body = fmt::format(fmt::runtime(kRefusalBody), key) +
+           "(this host is open to builds: a build proves itself with fy-build:<secret>)\n";
+  a.close = req_head_.method_id != HTTP_CONNECT && !req_parser_.message_complete();
+  ex_.row.blocked = true;
+  std::string out;
+  http::build_answer(out, a);
+  client_.write(out);
+  ex_.row.status = 407;
+  ex_.row.bytes_down += out.size();
+  write_exchange_row();
+  ex_ = Exchange{};
+  if (a.close) {
+    linger();
+    return;
+  }
+  head_buf_.clear();
+  req_scan_.reset();
+  req_parser_.reset();
+  req_ = Req::head;
+  arm_timer();
 }
 
 void Connection::handle_connect() {
@@ -512,6 +752,12 @@ void Connection::handle_connect() {
   int64_t now = wall_ms();
   auto verdict = srv_.policy().judge({hp->host, hp->port, policy::Kind::connect, build_}, now);
   if (verdict == policy::Verdict::block) {
+    if (!proxy_auth_seen_ &&
+        srv_.policy().judge({hp->host, hp->port, policy::Kind::connect, true}, now) ==
+            policy::Verdict::allow) {
+      answer_proxy_auth(ex_.row.host);
+      return;
+    }
     refuse(ex_.row.host);
     return;
   }
@@ -574,7 +820,7 @@ void Connection::on_hello_bytes(const char* p, size_t n) {
     case tls::ClientHello::Status::ok: break;
   }
   sni_ = ch.sni;
-  if (srv_.policy().tunnel(connect_dest_.host, ch.sni_present ? ch.sni : "", build_)) {
+  if (srv_.policy().tunnel(connect_dest_.host, ch.sni_present ? ch.sni : "", build_marker_)) {
     start_tunnel(TunnelKind::passthrough);
   } else {
     start_decrypt(ch.sni);
@@ -615,7 +861,8 @@ void Connection::start_decrypt(const std::string& sni) {
   arm_timer();
 }
 
-void Connection::forward_request(const HostPort& dest, policy::Kind kind, std::string_view target) {
+void Connection::forward_request(const HostPort& dest, policy::Kind kind, std::string_view target,
+                                 const std::string* token) {
   bool tls = kind == policy::Kind::https;
   if (!early_failure_.empty() && !origin_) {
     std::string reason;
@@ -635,11 +882,28 @@ void Connection::forward_request(const HostPort& dest, policy::Kind kind, std::s
   http::RequestOut out;
   out.method = req_head_.method;
   out.target = target;
+  std::string injected_target;
+  if (token) {
+    const inject::Rule* rule = srv_.policy().rules().by_id(ex_.rule_id);
+    if (rule && !rule->query_param.empty()) {
+      injected_target = inject::set_query_param(target, rule->query_param, rule->value_prefix + *token);
+      out.target = injected_target;
+    } else if (rule) {
+      // Overwrite, never append: the dummy the box sent is gone.
+      out.set.emplace_back(rule->header, rule->value_prefix + *token);
+    }
+    if (rule) {
+      ex_.injected = true;
+      ex_.row.injected = true;
+      ++srv_.metrics().injected;
+    }
+  }
   std::string host_header = dest.key(policy::default_port(kind));
   out.host = host_header;
   out.upgrade = ex_.upgrade;
   ex_.sent_head.clear();
   http::build_request_head(ex_.sent_head, req_head_, out);
+  for (auto& [name, value] : out.set) value.assign(value.size(), '\0');
   origin_->write(ex_.sent_head);
   resp_parser_.expect_response_to(req_head_.method_id);
   resp_ = Resp::head;
@@ -718,8 +982,10 @@ void Connection::on_origin_bytes(const ChunkRef& c, const char* p, size_t n) {
       return;
     }
     if (*used > 0) {
-      client_.write(c, p, *used);
-      ex_.row.bytes_down += *used;
+      if (!ex_.discard_response) {
+        client_.write(c, p, *used);
+        ex_.row.bytes_down += *used;
+      }
       p += *used;
       n -= *used;
     }
@@ -754,8 +1020,26 @@ void Connection::on_response_head(std::string_view head) {
     resp_head_buf_.clear();
     return;
   }
+  ex_.sent_head.assign(ex_.sent_head.size(), '\0');  // it may hold a credential
   ex_.sent_head.clear();
-  ex_.sent_head.shrink_to_fit();
+  bool body_until_eof = resp_parser_.body_until_eof();
+  ex_.origin_reuse = resp_head_.keep_alive && !body_until_eof;
+  if (status == 401 && ex_.injected) {
+    const inject::Rule* rule = srv_.policy().rules().by_id(ex_.rule_id);
+    if (ex_.replay && !ex_.replayed && !ex_.had_body) {
+      // Replace this 401: read it to its end, then mint and send again.
+      ex_.discard_response = true;
+      if (resp_parser_.message_complete()) {
+        on_response_complete();
+      } else {
+        resp_ = Resp::body;
+      }
+      return;
+    }
+    // A streamed upload cannot be sent again: the client gets the 401 and
+    // the token is dropped so the next request has a fresh one.
+    if (rule && rule->spec() == ex_.rule_spec) srv_.credentials().invalidate(*rule);
+  }
   ex_.row.status = status;
   ex_.response_started = true;
   ++srv_.metrics().responses_forwarded;
@@ -789,8 +1073,6 @@ void Connection::on_response_head(std::string_view head) {
     // Upgrade declined: the request is an ordinary one after all.
     ex_.upgrade = false;
   }
-  bool body_until_eof = resp_parser_.body_until_eof();
-  ex_.origin_reuse = resp_head_.keep_alive && !body_until_eof;
   if (!ex_.client_keep_alive || srv_.draining() || body_until_eof || client_eof_)
     ex_.close_after = true;
   if (status >= 400) {
@@ -808,6 +1090,16 @@ void Connection::on_response_head(std::string_view head) {
 }
 
 void Connection::on_response_complete() {
+  if (ex_.discard_response) {
+    resp_ = Resp::none;
+    resp_parser_.next_message();
+    resp_scan_.reset();
+    resp_head_buf_.clear();
+    ex_.row.error_body.clear();
+    if (!ex_.origin_reuse) retire_origin();
+    replay_after_401();
+    return;
+  }
   if (!ex_.row.error_body.empty())
     ex_.row.error_body = netlog::collapse_whitespace(ex_.row.error_body, netlog::kMaxErrorBody);
   write_exchange_row();
@@ -853,16 +1145,12 @@ void Connection::dial(const HostPort& dest, bool tls) {
   dial_start_ms_ = uv_now(srv_.loop());
   arm_timer();
 
-  std::string ip;
-  if (is_ipv4_literal(dest.host) || is_ipv6_literal(dest.host)) {
-    ip = dest.host;
-  } else if (const std::string* o = srv_.resolve_override(dest.host)) {
-    ip = *o;
-  }
+  auto [ip, port] = srv_.resolve_target(dest);
+  dial_port_ = port;
   if (!ip.empty()) {
     sockaddr_storage ss;
     socklen_t len;
-    make_sockaddr(ip, dest.port, &ss, &len);
+    make_sockaddr(ip, port, &ss, &len);
     addrs_.push_back(ss);
     connect_next();
     return;
@@ -894,7 +1182,7 @@ void Connection::on_resolved(int status, addrinfo* res) {
     if (ai->ai_family != AF_INET && ai->ai_family != AF_INET6) continue;
     sockaddr_storage ss{};
     memcpy(&ss, ai->ai_addr, ai->ai_addrlen);
-    reinterpret_cast<sockaddr_in*>(&ss)->sin_port = htons(origin_dest_.port);  // same offset in v6
+    reinterpret_cast<sockaddr_in*>(&ss)->sin_port = htons(dial_port_);  // same offset in v6
     addrs_.push_back(ss);
     if (addrs_.size() >= 8) break;
   }
@@ -1074,6 +1362,7 @@ void Connection::log_would_block(const std::string& key, std::string_view method
 void Connection::fill_row(netlog::Row& row) {
   row.conn = id_;
   row.peer = peer_;
+  if (build_marker_) row.build = true;
   if (row.tls.empty()) row.tls = in_connect_ ? tls_mode_ : "plain";
   if (!sni_.empty()) row.sni = sni_;
   row.attribution = attribution_;
@@ -1341,7 +1630,7 @@ void Connection::rejudge(int64_t now_ms) {
     if (v == policy::Verdict::block) {
       why = "the policy now refuses its destination";
     } else if (mode_ == Mode::tunnel && tunnel_ == TunnelKind::passthrough &&
-               !pol.tunnel(connect_dest_.host, sni_, build_)) {
+               !pol.tunnel(connect_dest_.host, sni_, build_marker_)) {
       why = "its host left passthrough: it would now be decrypted";
     }
   } else if (origin_ || mode_ == Mode::tunnel) {
@@ -1395,6 +1684,10 @@ void Connection::close(std::string_view why) {
   if (origin_) {
     origin_->close_and_delete();
     origin_ = nullptr;
+  }
+  if (cred_ticket_) {
+    srv_.credentials().cancel(cred_ticket_);
+    cred_ticket_ = 0;
   }
   stash_.clear();
   pending_closes_ = 2;

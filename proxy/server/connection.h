@@ -26,6 +26,8 @@
 #include "core/buffer.h"
 #include "core/net.h"
 #include "proxy/http/parser.h"
+#include "proxy/inject/rules.h"
+#include "proxy/inject/store.h"
 #include "proxy/io/stream.h"
 #include "proxy/netlog/row.h"
 #include "proxy/policy/pattern.h"
@@ -60,11 +62,13 @@ class Connection final : public StreamHandler {
 
  private:
   enum class Mode : uint8_t { http, hello, handshake, tunnel, lingering };
-  enum class Req : uint8_t { head, body, done };
+  // wait: the head is parsed and judged, a credential is being minted; the
+  // body (if any) waits in the stash until the head goes out.
+  enum class Req : uint8_t { head, wait, body, done };
   enum class Resp : uint8_t { none, head, body };
   enum class TunnelKind : uint8_t { none, passthrough, opaque, upgrade };
   // Why a side is not being read; reading resumes when the mask is empty.
-  enum PauseReason : uint8_t { kPeerFull = 1, kStashFull = 2 };
+  enum PauseReason : uint8_t { kPeerFull = 1, kStashFull = 2, kWaitCredential = 4 };
 
   const http::Limits& req_limits() const;
   const http::Limits& resp_limits() const;
@@ -86,7 +90,21 @@ class Connection final : public StreamHandler {
   void on_hello_bytes(const char* p, size_t n);
   void start_tunnel(TunnelKind kind);
   void start_decrypt(const std::string& sni);
-  void forward_request(const HostPort& dest, policy::Kind kind, std::string_view target);
+  // Sends the request head upstream (dialling when needed); `token`, when
+  // set, is written as the exchange's rule says (header or query parameter).
+  void forward_request(const HostPort& dest, policy::Kind kind, std::string_view target,
+                       const std::string* token = nullptr);
+  // Credential injection, held dummies, overlaps, build secrets (issue 3).
+  void inject(const inject::Rule& rule, const HostPort& dest, policy::Kind kind,
+              std::string_view target);
+  void on_credential(const inject::MintOutcome& out);
+  bool holds_dummy(const inject::Held& held, std::string_view target) const;
+  void answer_json(int status, const std::string& message, bool close_after);
+  void answer_mint_failure(const std::string& reason, bool after_401);
+  void answer_proxy_auth(const std::string& key);
+  void note_build_claim();
+  void keep_head(std::string_view head);
+  void replay_after_401();
   void on_request_complete();
   void stash(const ChunkRef& c, const char* p, size_t n);
   void replay_stash();
@@ -166,7 +184,12 @@ class Connection final : public StreamHandler {
   int64_t tunnel_start_wall_ = 0;
   uint64_t tunnel_start_ms_ = 0;
   uint64_t tunnel_up_ = 0, tunnel_down_ = 0;
-  bool build_ = false;  // the connection proved a build secret (issue 3)
+  bool build_ = false;         // the connection proved a build secret
+  bool build_marker_ = false;  // it presented the (public) build marker
+  bool proxy_auth_seen_ = false;
+  uint64_t cred_ticket_ = 0;   // a credential this connection waits for
+  std::string owned_head_;     // the head, kept across a credential wait or a 401 replay
+  std::string_view head_view_; // the head being handled (in a chunk or head_buf_)
   bool client_eof_ = false;
   bool origin_eof_ = false;
 
@@ -191,6 +214,7 @@ class Connection final : public StreamHandler {
   bool origin_fresh_ = true;  // no exchange has used it yet
   std::vector<sockaddr_storage> addrs_;
   size_t next_addr_ = 0;
+  uint16_t dial_port_ = 0;
   std::string origin_last_error_;
   std::string early_failure_;  // the eager dial of a decrypted tunnel failed
   Errc early_failure_kind_ = Errc::connect;
@@ -219,6 +243,15 @@ class Connection final : public StreamHandler {
     std::string sent_head;       // kept until the response head, for one retry
     HostPort dest;
     policy::Kind kind = policy::Kind::cleartext;
+    std::string target;  // origin-form, as the client sent it
+    // Injection: what this exchange's rule injects (redaction follows it).
+    std::string rule_id;
+    std::string rule_spec;
+    bool injected = false;
+    bool replay = false;         // the rule re-issues once after a 401
+    bool replayed = false;
+    bool discard_response = false;  // the 401 being replaced
+    bool had_body = false;
   } ex_;
 };
 

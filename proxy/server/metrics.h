@@ -34,6 +34,14 @@ struct Metrics {
   // Policy.
   uint64_t reloads = 0;
   uint64_t reload_failures = 0;
+  // Credentials (issue 3).
+  uint64_t injected = 0;
+  uint64_t mint_failures = 0;   // requests answered 502 for a failed mint
+  uint64_t held = 0;            // dummies answered 401
+  uint64_t overlaps = 0;        // answered 502 for overlapping rules
+  uint64_t replays = 0;         // re-issued after a 401
+  uint64_t builds = 0;          // connections that proved a build secret
+  uint64_t proxy_auth_challenges = 0;  // 407s
   // Stamps (ADR-0034).
   uint64_t stamps_valid = 0;
   uint64_t stamps_invalid = 0;

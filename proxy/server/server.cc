@@ -15,6 +15,7 @@
 #include "core/loop.h"
 #include "proxy/server/admin.h"
 #include "proxy/server/connection.h"
+#include "proxy/server/watch.h"
 #include "proxy/tls/context.h"
 
 namespace fy::proxy {
@@ -49,13 +50,23 @@ Server::Server(uv_loop_t* loop, Config config) : loop_(loop), config_(std::move(
   response_limits_.max_head_bytes = std::max<size_t>(config_.limits.max_head_bytes, 256 * 1024);
   response_limits_.max_headers = std::max<size_t>(config_.limits.max_headers, 500);
   for (auto& [h, ip] : config_.resolve) resolve_[h] = ip;
+  for (auto& [from, to] : config_.connect_to) connect_to_[from] = to;
 }
 
 Server::~Server() = default;
 
-const std::string* Server::resolve_override(const std::string& host) const {
-  auto it = resolve_.find(host);
-  return it == resolve_.end() ? nullptr : &it->second;
+std::pair<std::string, uint16_t> Server::resolve_target(const HostPort& dest) const {
+  if (!connect_to_.empty()) {
+    auto it = connect_to_.find(dest.authority());
+    if (it != connect_to_.end()) {
+      auto hp = parse_authority(it->second, 0);
+      if (hp) return {hp->host, hp->port};
+    }
+  }
+  if (is_ipv4_literal(dest.host) || is_ipv6_literal(dest.host)) return {dest.host, dest.port};
+  auto it = resolve_.find(dest.host);
+  if (it != resolve_.end()) return {it->second, dest.port};
+  return {"", dest.port};
 }
 
 Result<void> Server::start() {
@@ -88,7 +99,19 @@ Result<void> Server::start() {
   wo.backups = config_.netlog_backups;
   netlog_ = std::make_unique<netlog::Writer>(wo);
 
+  host_env_ = std::make_unique<inject::HostEnv>(config_.host_env_file);
+  if (!config_.host_env_file.empty()) host_env_->reload();
+  inject::StoreOptions so;
+  so.loop = loop_;
+  so.client_ctx = client_ctx_.get();
+  so.resolve = [this](const HostPort& d) { return resolve_target(d); };
+  so.host_env = host_env_.get();
+  so.minter_timeout_ms = config_.limits.minter_timeout_ms;
+  credentials_ = std::make_unique<inject::CredentialStore>(so);
+  if (!config_.build_tokens_file.empty()) reload_build_tokens();
+
   FY_TRY(load_policy_initial());
+  credentials_->update(policy_->rules(), policy_->rules().defaults);
 
   uv_tcp_init(loop_, &listener_);
   listener_.data = this;
@@ -123,21 +146,25 @@ Result<void> Server::start() {
   uv_prepare_start(&prepare_, on_prepare);
   uv_unref(reinterpret_cast<uv_handle_t*>(&prepare_));
 
-  uv_timer_init(loop_, &reload_timer_);
   uv_timer_init(loop_, &policy_timer_);
   uv_timer_init(loop_, &drain_timer_);
-  reload_timer_.data = policy_timer_.data = drain_timer_.data = this;
+  policy_timer_.data = drain_timer_.data = this;
 
-  // Watch the policy file: the directory (an atomic rename replaces the
-  // inode) and a 1 s stat poll as the fallback.
-  std::string dir = config_.policy_file.substr(0, config_.policy_file.rfind('/') + 1);
-  if (dir.empty()) dir = ".";
-  uv_fs_event_init(loop_, &fs_event_);
-  fs_event_.data = this;
-  fs_event_on_ = uv_fs_event_start(&fs_event_, on_fs_event, dir.c_str(), 0) == 0;
-  uv_fs_poll_init(loop_, &fs_poll_);
-  fs_poll_.data = this;
-  uv_fs_poll_start(&fs_poll_, on_fs_poll, config_.policy_file.c_str(), 1000);
+  // Watch the policy, the host env file and the build tokens: each is
+  // rewritten by the supervisor; a change is picked up without a signal.
+  policy_watch_ = std::make_unique<FileWatch>(loop_, config_.policy_file,
+                                              [this] { reload("file changed"); });
+  policy_watch_->start();
+  if (!config_.host_env_file.empty()) {
+    host_env_watch_ = std::make_unique<FileWatch>(loop_, config_.host_env_file,
+                                                  [this] { reload_host_env(); });
+    host_env_watch_->start();
+  }
+  if (!config_.build_tokens_file.empty()) {
+    tokens_watch_ = std::make_unique<FileWatch>(loop_, config_.build_tokens_file,
+                                                [this] { reload_build_tokens(); });
+    tokens_watch_->start();
+  }
   arm_policy_timer();
 
   if (!config_.port_file.empty()) {
@@ -212,8 +239,31 @@ void Server::reload(const char* why) {
 
 void Server::install_policy(std::shared_ptr<const policy::Policy> p, bool) {
   policy_ = std::move(p);
+  // Tokens of unchanged rules are kept; new rules are minted ahead.
+  credentials_->update(policy_->rules(), policy_->rules().defaults);
   arm_policy_timer();
   rejudge_all();
+}
+
+void Server::reload_host_env() {
+  if (!host_env_->reload()) return;
+  // A rotated secret changes only its own rule's key: only that token drops.
+  log::info("host env file {} changed: credentials of changed secrets will be minted again",
+            config_.host_env_file);
+  credentials_->update(policy_->rules(), policy_->rules().defaults);
+}
+
+void Server::reload_build_tokens() {
+  auto r = build_tokens_.load(config_.build_tokens_file);
+  if (!r) {
+    if (r.error().message != build_tokens_error_) {
+      build_tokens_error_ = r.error().message;
+      log::error("{}", r.error().message);
+    }
+    return;
+  }
+  if (!build_tokens_error_.empty()) log::info("build tokens {} usable again", config_.build_tokens_file);
+  build_tokens_error_.clear();
 }
 
 void Server::rejudge_all() {
@@ -321,25 +371,6 @@ void Server::on_prepare(uv_prepare_t* h) {
   if (s->netlog_->has_pending()) s->netlog_->flush();
 }
 
-void Server::on_fs_event(uv_fs_event_t* h, const char* filename, int, int status) {
-  auto* s = static_cast<Server*>(h->data);
-  if (status < 0) return;
-  std::string base = s->config_.policy_file.substr(s->config_.policy_file.rfind('/') + 1);
-  if (filename && base != filename) return;
-  // Debounce: a writer's create + rename arrives as several events.
-  uv_timer_start(&s->reload_timer_, on_reload_timer, 50, 0);
-}
-
-void Server::on_fs_poll(uv_fs_poll_t* h, int status, const uv_stat_t* prev, const uv_stat_t* curr) {
-  auto* s = static_cast<Server*>(h->data);
-  (void)prev;
-  (void)curr;
-  (void)status;
-  uv_timer_start(&s->reload_timer_, on_reload_timer, 50, 0);
-}
-
-void Server::on_reload_timer(uv_timer_t* h) { static_cast<Server*>(h->data)->reload("file changed"); }
-
 void Server::begin_drain() {
   if (draining_) return;
   draining_ = true;
@@ -390,10 +421,10 @@ void Server::close_handles() {
   close(&sigterm_);
   close(&sigint_);
   close(&prepare_);
-  close(&fs_event_);
-  close(&fs_poll_);
-  close(&reload_timer_);
   close(&policy_timer_);
+  for (auto* w : {policy_watch_.get(), host_env_watch_.get(), tokens_watch_.get()})
+    if (w) w->close();
+  credentials_->shutdown();
   close(&drain_timer_);
 }
 
@@ -462,6 +493,17 @@ std::string Server::render_metrics() const {
   counter("fy_netlog_rows_dropped_total", "Network Log rows lost to write errors.",
           netlog_->stats().rows_dropped);
   counter("fy_netlog_rotations_total", "Network Log rotations.", netlog_->stats().rotations);
+  counter("fy_injected_total", "Requests a credential was written onto.", m.injected);
+  counter("fy_mint_failures_total", "Requests answered 502 because a credential could not be minted.",
+          m.mint_failures);
+  counter("fy_held_total", "Held dummies answered 401 by the proxy.", m.held);
+  counter("fy_overlaps_total", "Requests answered 502 for overlapping rules.", m.overlaps);
+  counter("fy_replays_total", "Requests re-issued after a 401.", m.replays);
+  counter("fy_builds_total", "Connections that proved a build secret.", m.builds);
+  counter("fy_proxy_auth_challenges_total", "407 challenges sent.", m.proxy_auth_challenges);
+  counter("fy_credential_mints_total", "Credentials minted.", credentials_->stats().mints);
+  counter("fy_credential_mint_failures_total", "Mints that failed.",
+          credentials_->stats().mint_failures);
   counter("fy_stamps_valid_total", "Connections with a valid forwarder stamp.", m.stamps_valid);
   counter("fy_stamps_invalid_total", "Stamps refused (bad MAC or form).", m.stamps_invalid);
   counter("fy_stamps_replayed_total", "Stamps refused as replays.", m.stamps_replayed);

@@ -13,6 +13,8 @@
 #include "core/result.h"
 #include "core/stamp.h"
 #include "proxy/config.h"
+#include "proxy/inject/build_tokens.h"
+#include "proxy/inject/store.h"
 #include "proxy/http/parser.h"
 #include "proxy/netlog/writer.h"
 #include "proxy/policy/policy.h"
@@ -23,6 +25,7 @@ namespace fy::proxy {
 
 class Connection;
 class Admin;
+class FileWatch;
 
 // At most one would_block row per key per 60 s; the map holds at most 4096
 // keys and starts over when a new observation window begins.
@@ -67,8 +70,11 @@ class Server {
   stamp::ReplayGuard& replay_guard() { return replay_; }
   WouldBlockLimiter& would_block() { return would_block_; }
   bool draining() const { return draining_; }
-  // The --resolve override for `host`, or nullptr.
-  const std::string* resolve_override(const std::string& host) const;
+  // Where to connect for `dest`: an IP literal and port from --connect-to,
+  // --resolve or the destination itself; ip "" means ask DNS for dest.host.
+  std::pair<std::string, uint16_t> resolve_target(const HostPort& dest) const;
+  inject::CredentialStore& credentials() { return *credentials_; }
+  const inject::BuildTokens& build_tokens() const { return build_tokens_; }
   uint64_t open_connections() const { return open_; }
 
   // Called by a connection when it starts closing (it leaves the list) and
@@ -83,9 +89,6 @@ class Server {
   static void on_connection(uv_stream_t* server, int status);
   static void on_signal(uv_signal_t* h, int signum);
   static void on_prepare(uv_prepare_t* h);
-  static void on_fs_event(uv_fs_event_t* h, const char* filename, int events, int status);
-  static void on_fs_poll(uv_fs_poll_t* h, int status, const uv_stat_t* prev, const uv_stat_t* curr);
-  static void on_reload_timer(uv_timer_t* h);
   static void on_policy_timer(uv_timer_t* h);
   static void on_drain_timer(uv_timer_t* h);
 
@@ -96,6 +99,8 @@ class Server {
   void refuse_over_limit(uv_stream_t* server);
   void maybe_finish_drain();
   void close_handles();
+  void reload_host_env();
+  void reload_build_tokens();
 
   uv_loop_t* loop_;
   Config config_;
@@ -113,17 +118,19 @@ class Server {
   stamp::ReplayGuard replay_;
   WouldBlockLimiter would_block_;
   std::unordered_map<std::string, std::string> resolve_;
+  std::unordered_map<std::string, std::string> connect_to_;
+  std::unique_ptr<inject::HostEnv> host_env_;
+  std::unique_ptr<inject::CredentialStore> credentials_;
+  inject::BuildTokens build_tokens_;
+  std::string build_tokens_error_;
+  std::unique_ptr<FileWatch> policy_watch_, host_env_watch_, tokens_watch_;
 
   uv_tcp_t listener_;
   uv_signal_t sighup_, sigterm_, sigint_;
   uv_prepare_t prepare_;
-  uv_fs_event_t fs_event_;
-  uv_fs_poll_t fs_poll_;
-  uv_timer_t reload_timer_;  // debounces file events
   uv_timer_t policy_timer_;  // fires when a learn window closes or a grant expires
   uv_timer_t drain_timer_;
   bool listening_ = false;
-  bool fs_event_on_ = false;
   bool draining_ = false;
   bool stopped_ = false;
 

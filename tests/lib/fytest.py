@@ -237,6 +237,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return self._websocket()
         body = b"" if head in ("stall", "reset") else self._read_body()
         self._record(body)
+        for prefix, route in self.server.origin.routes.items():
+            if self.path.startswith(prefix):
+                return route(self, body)
         if head == "git" and self.server.origin.git_root:
             return self._git(body)
         if head == "status":
@@ -407,6 +410,8 @@ class Origin:
         self.host = host
         self.requests = []
         self.git_root = None  # a directory of bare repositories served under /git/
+        # Extra routes: path prefix -> fn(handler, body); fn answers with handler._send(...).
+        self.routes = {}
         self.lock = threading.Lock()
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 

@@ -94,7 +94,11 @@ class Semantics(unittest.TestCase):
         self.assertEqual(self.status("[2001:db8::6]:443"), 403)
 
     def test_a_build_scope_grant_needs_a_build(self):
-        self.assertEqual(self.status("build-only.test:443"), 403)
+        # Without a build credential the proxy asks for one (407): only a
+        # build's secret opens this destination.
+        status, out = connect_status(self.proxy, "build-only.test:443")
+        self.assertEqual(status, 407)
+        self.assertIn(b'Proxy-Authenticate: Basic realm="foldyard build"', out)
 
     def test_the_refusal_body_is_the_reference_s(self):
         status, out = connect_status(self.proxy, "nope.test:443")
