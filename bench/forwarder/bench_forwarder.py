@@ -1,0 +1,263 @@
+#!/usr/bin/env python3
+"""The forwarder benchmark (ADR-0034's table; docs/bench-forwarder.md).
+
+Two arms, measured in the same run, alternating which goes first each round:
+  direct  a "container" connects to the proxy, routed through the rootless and VM
+          namespaces (like pasta's way out);
+  via     the same container connects to the proxy URL it is given; the wall's
+          redirect sends it to fy-forwarder's bridge listener, which stamps it and
+          dials the proxy from the VM's namespace.
+Each arm crosses exactly one NAT: the redirect (via), a DNAT on the host (direct).
+Every sample is a new connection. Each figure is the median over rounds of the
+round's figure (median, p99, MB/s, connections/s).
+
+The proxy is a parameter (--proxy-cmd); the default is fy-bench-proxy, a small
+C++ forward proxy standing in for fy-proxy (it verifies stamps like fy-proxy but
+has no policy, TLS interception or log). The origin is nginx (HTTP and HTTPS).
+
+    sudo python3 bench/forwarder/bench_forwarder.py --build build-fwd
+    sudo python3 bench/forwarder/bench_forwarder.py --proxy-cmd \\
+        '/path/fy-proxy --config {dir}/proxy.toml' --proxy-name fy-proxy
+Placeholders in --proxy-cmd: {gateway} {port} {key} {dir} {bench}.
+"""
+
+import argparse
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.normpath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(SRC, "tests", "forwarder"))
+
+DIRECT_ADDR = "192.168.5.3"  # the host's second address; DNAT'ed to the proxy's
+
+
+def percentile(v, p):
+    v = sorted(v)
+    if not v:
+        return float("nan")
+    return v[min(len(v) - 1, int(p * len(v)))]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default=os.environ.get("FY_BUILD_DIR", os.path.join(SRC, "build")))
+    ap.add_argument("--proxy-cmd", default="{bench}/fy-bench-proxy --listen {gateway}:{port} "
+                                           "--key {key}")
+    ap.add_argument("--proxy-name", default="fy-bench-proxy (a stand-in for fy-proxy)")
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--small", type=int, default=400, help="small requests per arm per round")
+    ap.add_argument("--tls", type=int, default=60, help="CONNECT+TLS samples per arm per round")
+    ap.add_argument("--bulk-mib", type=int, default=256, help="body size for throughput")
+    ap.add_argument("--bulk", type=int, default=2, help="bodies per client per arm per round")
+    ap.add_argument("--rate-seconds", type=float, default=2.0)
+    ap.add_argument("--rate-concurrency", type=int, default=64)
+    ap.add_argument("--out", default=None, help="JSON output (default: <build>/bench-forwarder.json)")
+    ap.add_argument("--forwarder-extra", default="",
+                    help="TOML appended to the forwarder's config (e.g. a [limits] table)")
+    ap.add_argument("--hold", action="store_true",
+                    help="after setting up, print the commands for each arm and wait for Enter "
+                         "(for profiling by hand); no measurement")
+    a = ap.parse_args()
+    os.environ["FY_BUILD_DIR"] = os.path.abspath(a.build)
+    from fyf_topology import GATEWAY, ORIGIN, PROXY_PORT, Topology, sh
+
+    bench = os.path.join(os.path.abspath(a.build), "bench", "forwarder")
+    loadgen = os.path.join(bench, "fy-fwd-loadgen")
+    for exe in (loadgen, os.path.join(a.build, "forwarder", "fy-forwarder")):
+        if not os.path.exists(exe):
+            sys.exit("missing %s: build first (ninja -C %s)" % (exe, a.build))
+
+    with Topology("bench", containers=(("podman1", 1),), route_direct=True) as t:
+        d = t.dir
+        # sysctls for tens of thousands of short connections per second
+        for ns in (t.containers[0][0], t.vm, t.host, t.rl):
+            t.nsexec(ns, "sysctl", "-qw", "net.ipv4.tcp_tw_reuse=1")
+            t.nsexec(ns, "sysctl", "-qw", "net.ipv4.ip_local_port_range=1024 65535")
+        t.nsexec(t.host, "ip", "addr", "add", DIRECT_ADDR + "/24", "dev", "eth0")
+        rules = ("table ip fyf_bench {\n chain pre {\n  type nat hook prerouting priority dstnat;\n"
+                 "  ip daddr %s tcp dport %d dnat ip to %s\n }\n}\n" % (DIRECT_ADDR, PROXY_PORT,
+                                                                        GATEWAY))
+        subprocess.run(["ip", "netns", "exec", t.host, "nft", "-f", "-"], input=rules, text=True,
+                       check=True)
+
+        # The origin: nginx, HTTP and HTTPS, a small answer and a large file.
+        www = os.path.join(d, "www")
+        os.makedirs(www)
+        with open(os.path.join(www, "big"), "wb") as f:
+            f.truncate(a.bulk_mib << 20)
+        sh("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+           "-nodes", "-days", "1", "-subj", "/CN=origin.fyf.test", "-keyout",
+           os.path.join(d, "origin.key"), "-out", os.path.join(d, "origin.crt"))
+        conf = os.path.join(d, "nginx.conf")
+        with open(conf, "w") as f:
+            f.write("""user root;
+worker_processes 1;
+pid {d}/nginx.pid;
+error_log {d}/nginx-error.log;
+events {{ worker_connections 65536; }}
+http {{
+  access_log off;
+  client_body_temp_path {d}/t1; proxy_temp_path {d}/t2; fastcgi_temp_path {d}/t3;
+  uwsgi_temp_path {d}/t4; scgi_temp_path {d}/t5;
+  sendfile on; tcp_nopush on;
+  server {{
+    listen {o}:80 backlog=4096;
+    listen {o}:443 ssl backlog=4096;
+    ssl_certificate {d}/origin.crt; ssl_certificate_key {d}/origin.key;
+    ssl_session_cache off; ssl_session_tickets off;
+    location = /small {{ return 200 "small\\n"; }}
+    location / {{ root {www}; }}
+  }}
+}}
+""".format(d=d, o=ORIGIN, www=www))
+        nginx = t.start_in_host(["nginx", "-c", conf, "-g", "daemon off;"], name="nginx")
+        t.wait_listening(t.host, ORIGIN, 80, proc=nginx)
+
+        key_file, _ = t.write_key()
+        cmd = a.proxy_cmd.format(gateway=GATEWAY, port=PROXY_PORT, key=key_file, dir=d,
+                                 bench=bench)
+        proxy = t.start_in_host(shlex.split(cmd), name="proxy")
+        t.wait_listening(t.host, GATEWAY, PROXY_PORT, proc=proxy)
+        fwd = t.start_forwarder(t.forwarder_config(key_file, bridge=True, vm=False).replace(
+            'log_level = "info"', 'log_level = "warn"') + a.forwarder_extra.replace("\\n", "\n"))
+        fwd_pid = fwd.pid
+
+        arms = {"direct": "%s:%d" % (DIRECT_ADDR, PROXY_PORT),
+                "via": "%s:%d" % (GATEWAY, PROXY_PORT)}
+        cns = t.containers[0][0]
+
+        def run(arm, *args):
+            r = subprocess.run(["ip", "netns", "exec", cns, loadgen, "--proxy", arms[arm]] +
+                               list(args), capture_output=True, text=True, timeout=600)
+            if r.returncode != 0:
+                raise RuntimeError("loadgen failed: %s %s" % (r.stdout, r.stderr))
+            return json.loads(r.stdout)
+
+        def fwd_cpu_ns():
+            with open("/proc/%d/schedstat" % fwd_pid) as f:
+                return int(f.read().split()[0])
+
+        small_url = "http://%s/small" % ORIGIN
+        big_url = "http://%s/big" % ORIGIN
+        if a.hold:
+            for arm in arms:
+                print("%s: ip netns exec %s %s --proxy %s --mode rate --url %s --seconds 5" % (
+                    arm, cns, loadgen, arms[arm], small_url))
+            print("forwarder pid %d; press Enter to tear down" % fwd_pid, flush=True)
+            sys.stdin.readline()
+            return
+        per_round = []
+        for rnd in range(a.rounds):
+            order = ["direct", "via"] if rnd % 2 == 0 else ["via", "direct"]
+            res = {arm: {} for arm in arms}
+            for arm in order:
+                r = run(arm, "--mode", "small", "--url", small_url, "--samples", str(a.small))
+                res[arm]["small_p50_ms"] = percentile(r["us"], 0.5) / 1000
+                res[arm]["small_p99_ms"] = percentile(r["us"], 0.99) / 1000
+                res[arm]["small_failed"] = r["failed"]
+            for arm in order:
+                r = run(arm, "--mode", "tls", "--connect", "%s:443" % ORIGIN, "--path", "/small",
+                        "--samples", str(a.tls))
+                res[arm]["tls1_p50_ms"] = percentile(r["us"], 0.5) / 1000
+                r = run(arm, "--mode", "tls", "--connect", "%s:443" % ORIGIN, "--path", "/small",
+                        "--samples", str(max(1, a.tls // 8)), "--parallel", "8")
+                res[arm]["tls8_p50_ms"] = percentile(r["us"], 0.5) / 1000
+                res[arm]["tls_failed"] = r["failed"]
+            for arm in order:
+                for p, key in ((1, "tp1"), (4, "tp4")):
+                    c0 = fwd_cpu_ns()
+                    r = run(arm, "--mode", "bulk", "--url", big_url, "--samples", str(a.bulk),
+                            "--parallel", str(p))
+                    c1 = fwd_cpu_ns()
+                    res[arm][key + "_MBps"] = r["bytes"] / r["seconds"] / 1e6
+                    if arm == "via":
+                        res[arm][key + "_cpu_s_per_GiB"] = (c1 - c0) / 1e9 / (r["bytes"] / 2 ** 30)
+            for arm in order:
+                c0 = fwd_cpu_ns()
+                r = run(arm, "--mode", "rate", "--url", small_url, "--seconds",
+                        str(a.rate_seconds), "--concurrency", str(a.rate_concurrency))
+                c1 = fwd_cpu_ns()
+                res[arm]["conn_per_s"] = r["per_second"]
+                res[arm]["rate_errors"] = r["errors"]
+                if arm == "via" and r["completed"]:
+                    res[arm]["fwd_cpu_us_per_conn"] = (c1 - c0) / 1e3 / r["completed"]
+            per_round.append(res)
+            print("round %d/%d: small p50 direct %.3f via %.3f ms; %d vs %d conn/s" % (
+                rnd + 1, a.rounds, res["direct"]["small_p50_ms"], res["via"]["small_p50_ms"],
+                res["direct"]["conn_per_s"], res["via"]["conn_per_s"]), file=sys.stderr)
+
+        def med(arm, key):
+            vals = [r[arm][key] for r in per_round if key in r[arm]]
+            return statistics.median(vals) if vals else None
+
+        keys = ["small_p50_ms", "small_p99_ms", "tls1_p50_ms", "tls8_p50_ms", "tp1_MBps",
+                "tp4_MBps", "conn_per_s"]
+        summary = {k: {"direct": med("direct", k), "via": med("via", k)} for k in keys}
+        cpu = statistics.median([(r["via"]["tp1_cpu_s_per_GiB"] + r["via"]["tp4_cpu_s_per_GiB"])
+                                 / 2 for r in per_round])
+        summary["fwd_cpu_s_per_GiB"] = {"via": cpu}
+        summary["fwd_cpu_us_per_conn"] = {"via": med("via", "fwd_cpu_us_per_conn")}
+        errors = {arm: sum(r[arm].get("small_failed", 0) + r[arm].get("tls_failed", 0) +
+                           r[arm].get("rate_errors", 0) for r in per_round) for arm in arms}
+        stats = t.stats()
+        # Paired differences per round (the same round's direct and via).
+        added_p50 = statistics.median([r["via"]["small_p50_ms"] - r["direct"]["small_p50_ms"]
+                                       for r in per_round])
+        added_p99 = statistics.median([r["via"]["small_p99_ms"] - r["direct"]["small_p99_ms"]
+                                       for r in per_round])
+
+    s = summary
+    rows = [
+        ("small request, p50", "%.3f ms", "small_p50_ms", "+%.3f ms" % added_p50,
+         "<= +0.05 ms", added_p50 <= 0.05),
+        ("small request, p99", "%.3f ms", "small_p99_ms", "+%.3f ms" % added_p99,
+         "<= +0.2 ms", added_p99 <= 0.2),
+        ("CONNECT + TLS, p50", "%.2f ms", "tls1_p50_ms",
+         "%+.3f ms" % (s["tls1_p50_ms"]["via"] - s["tls1_p50_ms"]["direct"]), "", None),
+        ("CONNECT + TLS, 8 parallel, p50", "%.2f ms", "tls8_p50_ms",
+         "%+.3f ms" % (s["tls8_p50_ms"]["via"] - s["tls8_p50_ms"]["direct"]), "", None),
+        ("throughput, 1 client", "%.0f MB/s", "tp1_MBps",
+         "%.0f %%" % (100 * s["tp1_MBps"]["via"] / s["tp1_MBps"]["direct"]), ">= 90 %",
+         s["tp1_MBps"]["via"] >= 0.9 * s["tp1_MBps"]["direct"]),
+        ("throughput, 4 parallel", "%.0f MB/s", "tp4_MBps",
+         "%.0f %%" % (100 * s["tp4_MBps"]["via"] / s["tp4_MBps"]["direct"]), ">= 90 %",
+         s["tp4_MBps"]["via"] >= 0.9 * s["tp4_MBps"]["direct"]),
+        ("new connections per second", "%.0f /s", "conn_per_s",
+         "%.0f %%" % (100 * s["conn_per_s"]["via"] / s["conn_per_s"]["direct"]),
+         ">= 20,000 /s via", s["conn_per_s"]["via"] >= 20000),
+    ]
+    out = []
+    out.append("proxy: %s; origin: nginx; %d rounds, arms alternating; every sample a new "
+               "connection; medians of round figures" % (a.proxy_name, a.rounds))
+    out.append("%-32s %12s %18s %12s  %s" % ("", "direct", "via the forwarder", "added",
+                                              "target"))
+    for name, fmt, key, added, target, ok in rows:
+        mark = "" if ok is None else (" ok" if ok else " MISSED")
+        out.append("%-32s %12s %18s %12s  %s%s" % (name, fmt % s[key]["direct"],
+                                                     fmt % s[key]["via"], added, target, mark))
+    out.append("%-32s %12s %18s %12s  %s%s" % (
+        "forwarder CPU per GiB relayed", "-", "%.3f s" % cpu, "", "<= 0.3 s",
+        " ok" if cpu <= 0.3 else " MISSED"))
+    out.append("%-32s %12s %18s" % ("forwarder CPU per connection", "-",
+                                    "%.1f us" % s["fwd_cpu_us_per_conn"]["via"]))
+    out.append("errors: direct %d, via %d; forwarder: %d stamped, %d refused, %d upstream "
+               "failures" % (errors["direct"], errors["via"], stats["stamped"],
+                             stats["refused_head"], stats["upstream_failed"]))
+    print("\n".join(out))
+    path = a.out or os.path.join(os.path.abspath(a.build), "bench-forwarder.json")
+    with open(path, "w") as f:
+        json.dump({"proxy": a.proxy_name, "rounds": a.rounds, "summary": summary,
+                   "added_small_p50_ms": added_p50, "added_small_p99_ms": added_p99,
+                   "errors": errors, "forwarder_stats": stats, "per_round": per_round,
+                   "table": out}, f, indent=1)
+    print("(JSON: %s)" % path)
+
+
+if __name__ == "__main__":
+    main()
