@@ -1,14 +1,14 @@
 #!/usr/bin/python3
 """A walled client hammering the wall while it is being re-applied.
 
-    storm.py SECONDS GW PUBLIC
+    storm.py SECONDS GW PUBLIC [KIND,...]
 
 Until SECONDS pass, it cycles through four attempts: TCP to PUBLIC:443, UDP
 to PUBLIC:443, TCP to GW:41095 (refused by every wall the test applies), and
 TCP to GW:41000 (admitted by every wall). Prints one JSON object of counts
 per kind: attempts, ok (a connection or a reply: on a refused kind, a packet
 got through), refused (ECONNREFUSED or EPERM: the wall said no), timeout and
-other.
+other. KINDs narrow it to some of pub_tcp443, pub_udp443, gw_offband, gw_band.
 """
 import errno
 import json
@@ -59,6 +59,8 @@ def main():
         "gw_offband": lambda: tcp(gw, 41095),
         "gw_band": lambda: tcp(gw, 41000, timeout=3.0),
     }
+    if len(sys.argv) > 4:
+        kinds = {k: kinds[k] for k in sys.argv[4].split(",")}
     counts = {k: {"attempts": 0, "ok": 0, "refused": 0, "timeout": 0, "other": 0}
               for k in kinds}
     deadline = time.monotonic() + secs

@@ -217,10 +217,10 @@ class Reapply(unittest.TestCase):
         self.assertIn("table inet fyw_bystander", self.tables())
 
 
-class ApplyUnderLoad(unittest.TestCase):
-    """Re-applies alternate between two walls that differ (one band or two);
-    both refuse public 443 over TCP and UDP and the gateway's port 41095, and
-    both admit the gateway's port 41000."""
+class StormBase:
+    """A fresh guest topology with observers, and a walled client storming it
+    while something is re-applied. Each class gets its own namespaces, so
+    conntrack starts empty."""
 
     SECONDS = 5.0
     ROUNDS = 200
@@ -251,7 +251,7 @@ class ApplyUnderLoad(unittest.TestCase):
         return total
 
 
-    def storm(self, apply_once):
+    def storm(self, apply_once, kinds=None):
         ports = ["41000-41089", "41000-41089,41100-41189"]
         r = self.ident.fy_wall(self.t.guest, "apply", "machine",
                                *n.machine_args(self.ident, ports=ports[0]))
@@ -259,7 +259,8 @@ class ApplyUnderLoad(unittest.TestCase):
         # nft 1.0.6 cannot reset rule counters: count from here.
         base = self.observed()
         client = n.spawn(n.nsexec(self.t.guest, "setpriv", f"--reuid={U}", f"--regid={U}",
-                                  "--clear-groups", n.PY, STORM, self.SECONDS, T.GW, T.PUBLIC),
+                                  "--clear-groups", n.PY, STORM, self.SECONDS, T.GW, T.PUBLIC,
+                                  *([",".join(kinds)] if kinds else [])),
                          stdout=subprocess.PIPE, text=True)
         applied = 0
         deadline = time.monotonic() + self.SECONDS - 0.5
@@ -269,6 +270,13 @@ class ApplyUnderLoad(unittest.TestCase):
         out, _ = client.communicate(timeout=self.SECONDS + 30)
         counts = json.loads(out)
         return counts, applied, self.observed() - base
+
+
+
+class ApplyUnderLoad(StormBase, unittest.TestCase):
+    """Re-applies alternate between two walls that differ (one band or two);
+    both refuse public 443 over TCP and UDP and the gateway's port 41095, and
+    both admit the gateway's port 41000."""
 
     def test_atomic_apply_never_lets_a_refused_packet_through(self):
         def apply_once(ports):
@@ -303,40 +311,6 @@ class ApplyUnderLoad(unittest.TestCase):
         print(f"\nmeasure: non-atomic control: {applied} applies, client {counts}, "
               f"packets observed past the wall: {leaked}", flush=True)
         self.assertGreater(leaked, 0, "the observers cannot see a leak: the proof is void")
-
-    def test_guard_reapply_never_lets_a_walled_connection_reach_the_host(self):
-        """The guard re-applied between one band and two while the walled
-        client connects to the first band: every connection reaches the
-        forwarder stand-in, none the host."""
-        fwd = n.Server(self.t.guest, "fwd", "fwd:127.42.0.1:41000")
-        n.sh(*n.nsexec(self.t.host, "nft", "-f", "-"), input=(
-            "table inet fyw_obs_guard {\n chain pre {\n"
-            "  type filter hook prerouting priority -400; policy accept;\n"
-            f"  ip saddr {T.GUEST} tcp dport 41000 counter\n }}\n}}\n"))
-
-        def direct():
-            out = n.in_ns(self.t.host, "nft", "list", "table", "inet", "fyw_obs_guard").stdout
-            return int(re.search(r"counter packets (\d+)", out).group(1))
-
-        def apply_once(ports):
-            r = self.ident.fy_wall(self.t.guest, "apply", "guard",
-                                   *n.guard_args(self.ident, ports=ports))
-            self.assertEqual(r.returncode, 0, r.stderr)
-        try:
-            apply_once("41000-41089")
-            base = direct()
-            counts, applied, _ = self.storm(apply_once)
-        finally:
-            self.ident.fy_wall(self.t.guest, "remove", "guard")
-        accepted = len([r for r in fwd.records() if r.startswith("accept fwd")])
-        print(f"\nmeasure: guard storm: {applied} applies, walled band connections "
-              f"{counts['gw_band']}, reached the forwarder {accepted}, reached the host "
-              f"{direct() - base} packets", flush=True)
-        self.assertGreaterEqual(applied, 10)
-        self.assertEqual(direct() - base, 0)
-        self.assertEqual(counts["gw_band"]["refused"], 0, counts)
-        self.assertGreaterEqual(accepted, counts["gw_band"]["ok"])
-        self.assertGreater(counts["gw_band"]["ok"], 100)
 
     def set_rendering(self, ports, preamble):
         """The wall as fy-wall rendered it before it dropped anonymous sets."""
@@ -386,6 +360,61 @@ class ApplyUnderLoad(unittest.TestCase):
         counts, applied, leaked = self.storm(apply_once)
         print(f"\nmeasure: delete-and-recreate, set-free, atomic: {applied} applies, "
               f"client {counts}, packets observed past the wall: {leaked}", flush=True)
+
+
+
+class GuardUnderLoad(StormBase, unittest.TestCase):
+    """The guard re-applied under the walled client, in namespaces of its
+    own: a conntrack entry left by a direct connection made before the guard
+    keeps its 4-tuple un-redirected (NAT applies to new entries only), and a
+    SYN that reuses it is refused by the guard, which test_guard.py proves
+    separately."""
+
+    def test_guard_reapply_never_lets_a_walled_connection_reach_the_host(self):
+        """The guard re-applied between one band and two while the walled
+        client connects to the first band: no connection reaches the host,
+        and neither wall refuses one (no deny line while only admitted
+        connections are made)."""
+        fwd = n.Server(self.t.guest, "fwd", "fwd:127.42.0.1:41000")
+        n.sh(*n.nsexec(self.t.host, "nft", "-f", "-"), input=(
+            "table inet fyw_obs_guard {\n chain pre {\n"
+            "  type filter hook prerouting priority -400; policy accept;\n"
+            f"  ip saddr {T.GUEST} tcp dport 41000 counter\n }}\n}}\n"))
+
+        def direct():
+            out = n.in_ns(self.t.host, "nft", "list", "table", "inet", "fyw_obs_guard").stdout
+            return int(re.search(r"counter packets (\d+)", out).group(1))
+
+        def apply_once(ports):
+            r = self.ident.fy_wall(self.t.guest, "apply", "guard",
+                                   *n.guard_args(self.ident, ports=ports))
+            self.assertEqual(r.returncode, 0, r.stderr)
+        n.set_nf_log_all_netns()
+        log = n.KernelLog()
+        try:
+            apply_once("41000-41089")
+            base = direct()
+            log.mark()
+            counts, applied, _ = self.storm(apply_once, kinds=["gw_band"])
+        finally:
+            self.ident.fy_wall(self.t.guest, "remove", "guard")
+        band = counts["gw_band"]
+        accepted = len([r for r in fwd.records() if r.startswith("accept fwd")])
+        denies = log.count(f"SRC={T.GUEST} ", "DPT=41000 ")
+        print(f"\nmeasure: guard storm: {applied} applies, walled band connections {band}, "
+              f"reached the forwarder {accepted}, reached the host {direct() - base} "
+              f"packets, deny lines {denies}", flush=True)
+        self.assertGreaterEqual(applied, 10)
+        self.assertGreater(band["ok"], 100)
+        self.assertEqual(direct() - base, 0, "a walled connection reached the host")
+        sample = [l for l in log.seen if "DPT=41000 " in l][:3]
+        self.assertEqual(denies, 0, f"a wall refused an admitted connection: {sample}")
+        self.assertGreaterEqual(accepted, band["ok"])
+        # A refusal without a deny line is not the walls': the redirect's
+        # conntrack can clash when a client port is reused at this rate
+        # (ADR-0034's amendment saw it); it stays rare.
+        self.assertLessEqual(band["refused"] + band["timeout"] + band["other"],
+                             band["attempts"] // 1000, band)
 
 
 if __name__ == "__main__":
