@@ -29,6 +29,27 @@ MINTED = "minted-token-Qa1Ws2Ed3Rf4Tg5Yh6Uj7"
 SECRETS = [REAL, ROTATED, OTHER_SECRET, BUILD_SECRET, MINTED]
 
 
+class SecretCheckingProxy(Proxy):
+    """A proxy run that, when it ends, fails the test if any secret the tests
+    use appears in what the proxy wrote: its log lines, every Network Log
+    file, its metrics and health answers."""
+
+    def __exit__(self, *exc):
+        if exc[0] is None and self.proc and self.proc.poll() is None:
+            outputs = {"metrics": self.admin("/metrics"), "healthz": self.admin("/healthz")}
+            self.stop()
+            outputs["stderr"] = self.stderr()
+            for name in os.listdir(self.dir):
+                if name.startswith("egress"):
+                    outputs[name] = open(os.path.join(self.dir, name)).read()
+            for where, text in outputs.items():
+                for secret in SECRETS:
+                    if secret in text:
+                        super().__exit__(*exc)
+                        raise AssertionError(f"a secret leaked into the proxy's {where}")
+        return super().__exit__(*exc)
+
+
 def iso(seconds):
     t = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=seconds)
     return t.strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -91,7 +112,7 @@ class Env:
         o = self.origin.port
         hosts = ["api.tracker.test", "api.query.test", "api.github.com", "api.other.test", "held.test",
                  "overlap.test", "build-only.test", "box.test"]
-        return Proxy(policy, upstream_ca=self.ca.cert_path,
+        return SecretCheckingProxy(policy, upstream_ca=self.ca.cert_path,
                      args=["--host-env", self.host_env, "--build-tokens", self.tokens,
                            "--minter-timeout", "3"]
                      + [a for h in hosts for a in ("--connect-to", f"{h}:443=127.0.0.1:{o}")] + list(args))
