@@ -16,8 +16,8 @@ constexpr std::string_view kDomain = "fy-stamp\n";
 bool valid_net(std::string_view s) {
   if (s.empty() || s.size() > 64) return false;
   for (char c : s)
-    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-          c == '_' || c == '.' || c == '-'))
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+          c == '.' || c == '-'))
       return false;
   return true;
 }
@@ -25,8 +25,8 @@ bool valid_net(std::string_view s) {
 bool valid_who(std::string_view s) {
   if (s.empty() || s.size() > 160) return false;
   for (char c : s)
-    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-          c == '_' || c == '.' || c == '-' || c == ':' || c == '@'))
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+          c == '.' || c == '-' || c == ':' || c == '@'))
       return false;
   return true;
 }
@@ -74,7 +74,9 @@ Error bad(std::string_view why) {
 
 }  // namespace
 
-bool is_stamp_header(std::string_view name) { return iequals(name, kHeader); }
+bool is_stamp_header(std::string_view name) {
+  return iequals(name, kHeader);
+}
 
 // Everything before ";mac=": the bytes the MAC covers.
 std::string signed_of(const Fields& f) {
@@ -122,7 +124,8 @@ Result<Fields> verify(std::string_view value, std::string_view key) {
   }
   if (!take_field(&rest, "seq", &v)) return bad("no seq");
   auto seq = parse_u64(v);
-  if (!seq || *seq == 0 || (v.size() > 1 && v[0] == '0')) return bad("seq is not a positive integer");
+  if (!seq || *seq == 0 || (v.size() > 1 && v[0] == '0'))
+    return bad("seq is not a positive integer");
   f.seq = *seq;
   if (!take_field(&rest, "boot", &v) || !valid_boot(v)) return bad("boot is not a boot id");
   f.boot = v;

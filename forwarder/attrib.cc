@@ -56,8 +56,10 @@ class BpfRecorder {
     obj_ = bpf_object__open_mem(kSockOwnerBpf, sizeof kSockOwnerBpf, nullptr);
     if (!obj_) return make_error(Errc::io, "cannot open the BPF object: {}", strerror(errno));
     if (int rc = bpf_object__load(obj_); rc != 0)
-      return make_error(Errc::io, "cannot load the BPF recorder: {} (needs root and a kernel "
-                                  "with cgroup BPF)", strerror(-rc));
+      return make_error(Errc::io,
+                        "cannot load the BPF recorder: {} (needs root and a kernel "
+                        "with cgroup BPF)",
+                        strerror(-rc));
     UniqueFd cg(::open(cgroup_root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (!cg)
       return make_error(Errc::not_found, "cgroup2 root {} cannot be opened: {}", cgroup_root,
@@ -153,7 +155,9 @@ bool is_hex64(std::string_view s) {
 Attributor::Attributor(const VmConfig& cfg) : cfg_(cfg) {}
 Attributor::~Attributor() = default;
 
-bool Attributor::bpf_active() const { return bpf_ != nullptr; }
+bool Attributor::bpf_active() const {
+  return bpf_ != nullptr;
+}
 
 Result<void> Attributor::start() {
   if (cfg_.attribution != AttributionMode::bpf) return {};
@@ -287,7 +291,8 @@ std::string Attributor::classify_cgroup(std::string_view path) {
     constexpr std::string_view kScope = ".scope";
     bool scope = comp.size() > kScope.size() && comp.substr(comp.size() - kScope.size()) == kScope;
     if (scope && comp.substr(0, kLibpod.size()) == kLibpod) {
-      std::string_view id = comp.substr(kLibpod.size(), comp.size() - kLibpod.size() - kScope.size());
+      std::string_view id =
+          comp.substr(kLibpod.size(), comp.size() - kLibpod.size() - kScope.size());
       if (is_hex64(id)) return "container:" + std::string(id);
     }
     if (scope && comp.substr(0, kBuildah.size()) == kBuildah) {

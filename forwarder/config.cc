@@ -28,24 +28,30 @@ Result<Config> parse_config(std::string_view text, const std::string& path) {
   c.path = path;
   cfg::Table root = doc->root();
 
-  if (auto v = root.string("key_file")) c.key_file = *v;
-  else root.error("", "key_file is required: the 64-hex-character stamp key, mode 0600");
+  if (auto v = root.string("key_file"))
+    c.key_file = *v;
+  else
+    root.error("", "key_file is required: the 64-hex-character stamp key, mode 0600");
   if (auto v = root.string("state_dir")) c.state_dir = *v;
   if (auto v = root.string("control_socket")) c.control_socket = *v;
   if (auto v = root.string("boot_id_file")) c.boot_id_file = *v;
   if (auto v = root.string("log_level")) {
     auto l = log::parse_level(*v);
-    if (!l) root.error("log_level", "is not one of debug, info, warn, error, off");
-    else c.log_level = *l;
+    if (!l)
+      root.error("log_level", "is not one of debug, info, warn, error, off");
+    else
+      c.log_level = *l;
   }
   if (c.control_socket.empty()) c.control_socket = c.state_dir + "/control.sock";
 
   if (auto up = root.table("upstream")) {
     if (auto v = up->string("host")) {
       if (!is_ipv4_literal(*v) && !is_ipv6_literal(*v))
-        up->error("host", "is not an IP address: give the host gateway's address as the VM "
-                          "sees it, e.g. \"192.168.5.2\"");
-      else c.upstream_host = *v;
+        up->error("host",
+                  "is not an IP address: give the host gateway's address as the VM "
+                  "sees it, e.g. \"192.168.5.2\"");
+      else
+        c.upstream_host = *v;
     } else {
       up->error("", "[upstream] needs host: the host gateway's IP address");
     }
@@ -60,12 +66,16 @@ Result<Config> parse_config(std::string_view text, const std::string& path) {
   auto ports = root.tables("port");
   for (auto& t : ports) {
     PortRule r;
-    if (auto v = t.integer("port", 1, 65535)) r.port = static_cast<uint16_t>(*v);
-    else t.error("", "needs port = 1..65535");
+    if (auto v = t.integer("port", 1, 65535))
+      r.port = static_cast<uint16_t>(*v);
+    else
+      t.error("", "needs port = 1..65535");
     if (auto v = t.boolean("stamp")) r.stamp = *v;
     t.finish();
-    if (r.port && c.port_rule(r.port)) t.error("port", "is listed twice");
-    else if (r.port) c.ports.push_back(r);
+    if (r.port && c.port_rule(r.port))
+      t.error("port", "is listed twice");
+    else if (r.port)
+      c.ports.push_back(r);
   }
   if (ports.empty())
     root.error("", "at least one [[port]] is required: the daemon ports the forwarder serves");
@@ -86,17 +96,21 @@ Result<Config> parse_config(std::string_view text, const std::string& path) {
     if (auto v = b->string("netns")) c.bridge.netns = *v;
     if (auto v = b->string("netns_pid_file")) c.bridge.netns_pid_file = *v;
     if (c.bridge.netns.empty() == c.bridge.netns_pid_file.empty())
-      b->error("", "[bridge] needs exactly one of netns (a namespace path to follow) or "
-                   "netns_pid_file (a file naming a process in the namespace)");
+      b->error("",
+               "[bridge] needs exactly one of netns (a namespace path to follow) or "
+               "netns_pid_file (a file naming a process in the namespace)");
     if (auto v = b->string("listen")) c.bridge.listen = *v;
     if (!is_ipv4_literal(c.bridge.listen) && !is_ipv6_literal(c.bridge.listen))
       b->error("listen", "is not an IP address (use \"0.0.0.0\" for every bridge)");
     if (auto v = b->string("net")) c.bridge.net = *v;
     if (auto v = b->integer("poll_ms", 10, 60000)) c.bridge.poll_ms = *v;
     if (auto v = b->string("watch")) {
-      if (*v == "events") c.bridge.watch_events = true;
-      else if (*v == "poll") c.bridge.watch_events = false;
-      else b->error("watch", "is not \"events\" (inotify + mount events + poll) or \"poll\"");
+      if (*v == "events")
+        c.bridge.watch_events = true;
+      else if (*v == "poll")
+        c.bridge.watch_events = false;
+      else
+        b->error("watch", "is not \"events\" (inotify + mount events + poll) or \"poll\"");
     }
     if (c.bridge.net != "auto") {
       bool ok = !c.bridge.net.empty() && c.bridge.net.size() <= 64;
@@ -116,17 +130,23 @@ Result<Config> parse_config(std::string_view text, const std::string& path) {
     if (auto v = vm->strings("walled_uids")) {
       for (const auto& s : *v) {
         auto r = parse_uid_range(s);
-        if (!r) vm->error("walled_uids", r.error().message);
-        else c.vm.walled_uids.push_back(*r);
+        if (!r)
+          vm->error("walled_uids", r.error().message);
+        else
+          c.vm.walled_uids.push_back(*r);
       }
     }
     if (c.vm.walled_uids.empty())
-      vm->error("", "[vm] needs walled_uids: the VM user and its container subuid range, "
-                    "e.g. [\"1000\", \"100000-165535\"]");
+      vm->error("",
+                "[vm] needs walled_uids: the VM user and its container subuid range, "
+                "e.g. [\"1000\", \"100000-165535\"]");
     if (auto v = vm->string("attribution")) {
-      if (*v == "bpf") c.vm.attribution = AttributionMode::bpf;
-      else if (*v == "proc") c.vm.attribution = AttributionMode::proc;
-      else vm->error("attribution", "is not \"bpf\" or \"proc\"");
+      if (*v == "bpf")
+        c.vm.attribution = AttributionMode::bpf;
+      else if (*v == "proc")
+        c.vm.attribution = AttributionMode::proc;
+      else
+        vm->error("attribution", "is not \"bpf\" or \"proc\"");
     }
     if (auto v = vm->string("cgroup_root")) c.vm.cgroup_root = *v;
     vm->finish();
@@ -145,8 +165,8 @@ Result<Config> parse_config(std::string_view text, const std::string& path) {
 Result<Config> load_config(const std::string& path) {
   FILE* f = fopen(path.c_str(), "rb");
   if (!f)
-    return make_error(errno == ENOENT ? Errc::not_found : Errc::io, "{}: cannot be read: {}",
-                      path, strerror(errno));
+    return make_error(errno == ENOENT ? Errc::not_found : Errc::io, "{}: cannot be read: {}", path,
+                      strerror(errno));
   std::string text;
   char buf[4096];
   size_t n;

@@ -74,8 +74,8 @@ struct Config {
 
   std::string upstream_host;  // an IP literal: the host gateway, from the VM's namespace
   uint32_t connect_timeout_ms = 2000;
-  uint32_t redials = 8;          // re-dials after the first attempt
-  uint32_t rst_wait_ms = 5000;   // longest wait for SIOCOUTQ 0 before the RST anyway
+  uint32_t redials = 8;         // re-dials after the first attempt
+  uint32_t rst_wait_ms = 5000;  // longest wait for SIOCOUTQ 0 before the RST anyway
   std::vector<PortRule> ports;
 
   size_t max_head_bytes = 16 * 1024;

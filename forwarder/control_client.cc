@@ -27,8 +27,7 @@ Result<std::string> control_query(const std::string& path, const std::string& co
                       "fy-forwarder's control socket {} does not answer: {}", path,
                       strerror(errno));
   std::string line = command + "\n";
-  if (::send(fd.get(), line.data(), line.size(), MSG_NOSIGNAL) !=
-      static_cast<ssize_t>(line.size()))
+  if (::send(fd.get(), line.data(), line.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(line.size()))
     return make_error(Errc::io, "writing to {}: {}", path, strerror(errno));
   std::string out;
   uint64_t deadline = mono_ms() + static_cast<uint64_t>(timeout_ms);

@@ -50,7 +50,9 @@ bool Engine::watch(int fd, uint32_t events, Watcher* w) {
   return epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev) == 0;
 }
 
-void Engine::unwatch(int fd) { epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr); }
+void Engine::unwatch(int fd) {
+  epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr);
+}
 
 void Engine::arm(TimerSlot* t, uint64_t ms) {
   if (t->armed_) timers_.erase(t->it_);

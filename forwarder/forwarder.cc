@@ -84,10 +84,11 @@ void Forwarder::check_previous_instance() {
     }
     if (comm.rfind("fy-forwarder", 0) != 0) {
       unclean_restart_ = true;
-      log::error("the previous fy-forwarder (pid {}) stopped without a clean shutdown; this is "
-                 "a restart after a crash or a kill. Its connections were reset. Find the cause "
-                 "in the journal (journalctl -u fy-forwarder).",
-                 prev);
+      log::error(
+          "the previous fy-forwarder (pid {}) stopped without a clean shutdown; this is "
+          "a restart after a crash or a kill. Its connections were reset. Find the cause "
+          "in the journal (journalctl -u fy-forwarder).",
+          prev);
     }
   }
 }
@@ -129,17 +130,17 @@ Result<void> Forwarder::start(uv_loop_t* loop) {
     attributor_ = std::make_unique<Attributor>(cfg_.vm);
     if (auto r = attributor_->start(); !r) {
       attribution_note_ = "proc (bpf failed)";
-      log::error("attribution: the BPF recorder is not available: {}. Falling back to the /proc "
-                 "walk, which costs milliseconds per connection with many sockets open.",
-                 r.error().message);
+      log::error(
+          "attribution: the BPF recorder is not available: {}. Falling back to the /proc "
+          "walk, which costs milliseconds per connection with many sockets open.",
+          r.error().message);
     }
     ctx_.attributor = attributor_.get();
     auto own = own_netns();
-    auto l = Listener::open(&ctx_, ListenerKind::vm, -1, own ? *own : NsId{}, cfg_.vm.listen,
-                            "host");
+    auto l =
+        Listener::open(&ctx_, ListenerKind::vm, -1, own ? *own : NsId{}, cfg_.vm.listen, "host");
     if (!l)
-      return make_error(l.error().code, "the VM listener cannot listen: {}",
-                        l.error().message);
+      return make_error(l.error().code, "the VM listener cannot listen: {}", l.error().message);
     vm_ = std::move(*l);
     log::info("vm listener: listening on {}", vm_->describe());
   }
@@ -173,8 +174,7 @@ Result<void> Forwarder::start(uv_loop_t* loop) {
     uint64_t usec = strtoull(wd, nullptr, 10);
     if (usec >= 2000) {
       uv_timer_start(
-          &watchdog_,
-          [](uv_timer_t* t) { static_cast<Forwarder*>(t->data)->notify("WATCHDOG=1"); },
+          &watchdog_, [](uv_timer_t* t) { static_cast<Forwarder*>(t->data)->notify("WATCHDOG=1"); },
           usec / 2000, usec / 2000);
     }
   }
@@ -235,8 +235,10 @@ void Forwarder::rescan_bridge(const char* why) {
     uint64_t now = mono_ms();
     if (now - last_warn_ms_ > 1000) {
       last_warn_ms_ = now;
-      log::warn("bridge listener: cannot listen in the namespace at {} (netns {}): {}; "
-                "retrying", path, ns->id.ino, bridge_error_);
+      log::warn(
+          "bridge listener: cannot listen in the namespace at {} (netns {}): {}; "
+          "retrying",
+          path, ns->id.ino, bridge_error_);
     }
     return;
   }
@@ -258,12 +260,15 @@ void Forwarder::on_event(const char* why) {
   // mount in another mount namespace raises no event here: look again often
   // for a while.
   burst_until_ms_ = mono_ms() + kBurstMs;
-  uv_timer_start(&burst_timer_, [](uv_timer_t* t) {
-    auto* fw = static_cast<Forwarder*>(t->data);
-    fw->rescan_bridge("event+retry");
-    if (fw->bridge_current(nullptr, nullptr) || mono_ms() > fw->burst_until_ms_)
-      uv_timer_stop(t);
-  }, kBurstEveryMs, kBurstEveryMs);
+  uv_timer_start(
+      &burst_timer_,
+      [](uv_timer_t* t) {
+        auto* fw = static_cast<Forwarder*>(t->data);
+        fw->rescan_bridge("event+retry");
+        if (fw->bridge_current(nullptr, nullptr) || mono_ms() > fw->burst_until_ms_)
+          uv_timer_stop(t);
+      },
+      kBurstEveryMs, kBurstEveryMs);
 }
 
 void Forwarder::watch_dir() {
@@ -298,11 +303,14 @@ void Forwarder::watch_dir() {
 
 void Forwarder::start_watches() {
   if (cfg_.bridge.watch_events) start_event_watches();
-  uv_timer_start(&poll_timer_, [](uv_timer_t* t) {
-    auto* self = static_cast<Forwarder*>(t->data);
-    self->rescan_bridge("poll");
-    if (self->cfg_.bridge.watch_events && !self->dir_watching_) self->watch_dir();
-  }, cfg_.bridge.poll_ms, cfg_.bridge.poll_ms);
+  uv_timer_start(
+      &poll_timer_,
+      [](uv_timer_t* t) {
+        auto* self = static_cast<Forwarder*>(t->data);
+        self->rescan_bridge("poll");
+        if (self->cfg_.bridge.watch_events && !self->dir_watching_) self->watch_dir();
+      },
+      cfg_.bridge.poll_ms, cfg_.bridge.poll_ms);
 }
 
 void Forwarder::start_event_watches() {
@@ -340,7 +348,8 @@ std::string Forwarder::status_line() {
   }
   std::string vm = "off";
   if (cfg_.vm.enabled) {
-    if (vm_) vm = "listening:" + vm_->describe();
+    if (vm_)
+      vm = "listening:" + vm_->describe();
     else {
       vm = "down";
       serving = false;
@@ -350,10 +359,10 @@ std::string Forwarder::status_line() {
   if (!started_) fail = "starting";
   if (stopping_) fail = "stopping";
   const Counters& k = ctx_.counters;
-  std::string attribution =
-      !cfg_.vm.enabled ? "off"
-      : attributor_ && attributor_->bpf_active() ? "bpf"
-      : attribution_note_.empty() ? "proc" : attribution_note_;
+  std::string attribution = !cfg_.vm.enabled                           ? "off"
+                            : attributor_ && attributor_->bpf_active() ? "bpf"
+                            : attribution_note_.empty()                ? "proc"
+                                                                       : attribution_note_;
   for (char& c : attribution)
     if (c == ' ') c = '_';
   std::string counters = fmt::format(
@@ -373,8 +382,8 @@ std::string Forwarder::ready_line() {
   std::string why;
   if (bridge_current(&at, &why)) return fmt::format("ready {}", at.ino);
   if (!at.valid()) return "absent " + why;
-  return "waiting " + (bridge_error_.empty() ? std::string("listener not made yet")
-                                             : bridge_error_);
+  return "waiting " +
+         (bridge_error_.empty() ? std::string("listener not made yet") : bridge_error_);
 }
 
 Result<void> Forwarder::start_control() {
@@ -383,91 +392,106 @@ Result<void> Forwarder::start_control() {
   uv_pipe_init(loop_, &control_, 0);
   control_.data = this;
   int rc = uv_pipe_bind(&control_, cfg_.control_socket.c_str());
-  if (rc == 0) rc = uv_listen(reinterpret_cast<uv_stream_t*>(&control_), 64, [](uv_stream_t* s,
-                                                                               int status) {
-    auto* fw = static_cast<Forwarder*>(s->data);
-    if (status < 0) return;
-    auto* c = new ControlClient();
-    c->fw = fw;
-    uv_pipe_init(fw->loop_, &c->pipe, 0);
-    c->pipe.data = c;
-    if (uv_accept(s, reinterpret_cast<uv_stream_t*>(&c->pipe)) != 0) {
-      uv_close(reinterpret_cast<uv_handle_t*>(&c->pipe),
-               [](uv_handle_t* h) { delete static_cast<ControlClient*>(h->data); });
-      return;
-    }
-    uv_read_start(
-        reinterpret_cast<uv_stream_t*>(&c->pipe),
-        [](uv_handle_t* h, size_t, uv_buf_t* b) {
-          static char buf[512];
-          *b = uv_buf_init(buf, sizeof buf);
-        },
-        [](uv_stream_t* st, ssize_t n, const uv_buf_t* b) {
-          auto* cc = static_cast<ControlClient*>(st->data);
-          auto close_it = [cc] {
-            uv_close(reinterpret_cast<uv_handle_t*>(&cc->pipe),
-                     [](uv_handle_t* h) { delete static_cast<ControlClient*>(h->data); });
-          };
-          if (n < 0) {
-            close_it();
-            return;
-          }
-          if (cc->answered) return;
-          cc->in.append(b->base, static_cast<size_t>(n));
-          size_t nl = cc->in.find('\n');
-          if (nl == std::string::npos) {
-            if (cc->in.size() > 256) close_it();
-            return;
-          }
-          std::string cmd = cc->in.substr(0, nl);
-          if (!cmd.empty() && cmd.back() == '\r') cmd.pop_back();
-          Forwarder* f = cc->fw;
-          if (cmd == "status") cc->out = f->status_line();
-          else if (cmd == "ready") cc->out = f->ready_line();
-          else if (cmd == "stats") {
-            const Counters& k = f->ctx_.counters;
-            std::string j;
-            JsonObject o(j);
-            o.unum("accepted", k.accepted).unum("active", k.active).unum("over_limit", k.over_limit)
-                .unum("accept_errors", k.accept_errors).unum("stamped", k.stamped)
-                .unum("relayed_unstamped", k.relayed_unstamped)
-                .unum("stamps_stripped", k.stamps_stripped).unum("refused_head", k.refused_head)
-                .unum("head_timeouts", k.head_timeouts).unum("head_eof", k.head_eof)
-                .unum("redials", k.redials).unum("upstream_failed", k.upstream_failed)
-                .unum("attributed", k.attributed).unum("attrib_bpf", k.attrib_bpf)
-                .unum("attrib_proc", k.attrib_proc).unum("attrib_uid", k.attrib_uid)
-                .unum("attrib_refused_pasta", k.attrib_refused_pasta)
-                .unum("attrib_failed", k.attrib_failed)
-                .unum("attrib_us_total", k.attrib_us_total).unum("attrib_us_max", k.attrib_us_max).unum("fin_closes", k.fin_closes)
-                .unum("rst_closes", k.rst_closes).unum("rst_forced", k.rst_forced)
-                .unum("aborted", k.aborted).unum("half_closed_timeouts", k.half_closed_timeouts)
-                .unum("bytes_up", k.bytes_up).unum("bytes_down", k.bytes_down)
-                .unum("seq", f->stamper_.issued()).unum("bridge_switches", f->bridge_switches_)
-                .unum("pipes_idle", f->pipes_ ? f->pipes_->idle() : 0);
-            for (size_t i = 1; i < static_cast<size_t>(Refusal::kCount); ++i)
-              o.unum(std::string("refused_") + refusal_name(static_cast<Refusal>(i)),
-                    k.refused_by[i]);
-            o.close();
-            cc->out = j;
-          } else {
-            cc->out = "error unknown command; send one of: status, ready, stats";
-          }
-          cc->out += '\n';
-          cc->answered = true;
-          uv_buf_t wb = uv_buf_init(cc->out.data(), cc->out.size());
-          cc->write.data = cc;
-          uv_write(&cc->write, reinterpret_cast<uv_stream_t*>(&cc->pipe), &wb, 1,
-                   [](uv_write_t* w, int) {
-                     auto* c2 = static_cast<ControlClient*>(w->data);
-                     uv_close(reinterpret_cast<uv_handle_t*>(&c2->pipe), [](uv_handle_t* h) {
-                       delete static_cast<ControlClient*>(h->data);
+  if (rc == 0)
+    rc = uv_listen(reinterpret_cast<uv_stream_t*>(&control_), 64, [](uv_stream_t* s, int status) {
+      auto* fw = static_cast<Forwarder*>(s->data);
+      if (status < 0) return;
+      auto* c = new ControlClient();
+      c->fw = fw;
+      uv_pipe_init(fw->loop_, &c->pipe, 0);
+      c->pipe.data = c;
+      if (uv_accept(s, reinterpret_cast<uv_stream_t*>(&c->pipe)) != 0) {
+        uv_close(reinterpret_cast<uv_handle_t*>(&c->pipe),
+                 [](uv_handle_t* h) { delete static_cast<ControlClient*>(h->data); });
+        return;
+      }
+      uv_read_start(
+          reinterpret_cast<uv_stream_t*>(&c->pipe),
+          [](uv_handle_t* h, size_t, uv_buf_t* b) {
+            static char buf[512];
+            *b = uv_buf_init(buf, sizeof buf);
+          },
+          [](uv_stream_t* st, ssize_t n, const uv_buf_t* b) {
+            auto* cc = static_cast<ControlClient*>(st->data);
+            auto close_it = [cc] {
+              uv_close(reinterpret_cast<uv_handle_t*>(&cc->pipe),
+                       [](uv_handle_t* h) { delete static_cast<ControlClient*>(h->data); });
+            };
+            if (n < 0) {
+              close_it();
+              return;
+            }
+            if (cc->answered) return;
+            cc->in.append(b->base, static_cast<size_t>(n));
+            size_t nl = cc->in.find('\n');
+            if (nl == std::string::npos) {
+              if (cc->in.size() > 256) close_it();
+              return;
+            }
+            std::string cmd = cc->in.substr(0, nl);
+            if (!cmd.empty() && cmd.back() == '\r') cmd.pop_back();
+            Forwarder* f = cc->fw;
+            if (cmd == "status")
+              cc->out = f->status_line();
+            else if (cmd == "ready")
+              cc->out = f->ready_line();
+            else if (cmd == "stats") {
+              const Counters& k = f->ctx_.counters;
+              std::string j;
+              JsonObject o(j);
+              o.unum("accepted", k.accepted)
+                  .unum("active", k.active)
+                  .unum("over_limit", k.over_limit)
+                  .unum("accept_errors", k.accept_errors)
+                  .unum("stamped", k.stamped)
+                  .unum("relayed_unstamped", k.relayed_unstamped)
+                  .unum("stamps_stripped", k.stamps_stripped)
+                  .unum("refused_head", k.refused_head)
+                  .unum("head_timeouts", k.head_timeouts)
+                  .unum("head_eof", k.head_eof)
+                  .unum("redials", k.redials)
+                  .unum("upstream_failed", k.upstream_failed)
+                  .unum("attributed", k.attributed)
+                  .unum("attrib_bpf", k.attrib_bpf)
+                  .unum("attrib_proc", k.attrib_proc)
+                  .unum("attrib_uid", k.attrib_uid)
+                  .unum("attrib_refused_pasta", k.attrib_refused_pasta)
+                  .unum("attrib_failed", k.attrib_failed)
+                  .unum("attrib_us_total", k.attrib_us_total)
+                  .unum("attrib_us_max", k.attrib_us_max)
+                  .unum("fin_closes", k.fin_closes)
+                  .unum("rst_closes", k.rst_closes)
+                  .unum("rst_forced", k.rst_forced)
+                  .unum("aborted", k.aborted)
+                  .unum("half_closed_timeouts", k.half_closed_timeouts)
+                  .unum("bytes_up", k.bytes_up)
+                  .unum("bytes_down", k.bytes_down)
+                  .unum("seq", f->stamper_.issued())
+                  .unum("bridge_switches", f->bridge_switches_)
+                  .unum("pipes_idle", f->pipes_ ? f->pipes_->idle() : 0);
+              for (size_t i = 1; i < static_cast<size_t>(Refusal::kCount); ++i)
+                o.unum(std::string("refused_") + refusal_name(static_cast<Refusal>(i)),
+                       k.refused_by[i]);
+              o.close();
+              cc->out = j;
+            } else {
+              cc->out = "error unknown command; send one of: status, ready, stats";
+            }
+            cc->out += '\n';
+            cc->answered = true;
+            uv_buf_t wb = uv_buf_init(cc->out.data(), cc->out.size());
+            cc->write.data = cc;
+            uv_write(&cc->write, reinterpret_cast<uv_stream_t*>(&cc->pipe), &wb, 1,
+                     [](uv_write_t* w, int) {
+                       auto* c2 = static_cast<ControlClient*>(w->data);
+                       uv_close(reinterpret_cast<uv_handle_t*>(&c2->pipe), [](uv_handle_t* h) {
+                         delete static_cast<ControlClient*>(h->data);
+                       });
                      });
-                   });
-        });
-  });
+          });
+    });
   if (rc != 0)
-    return make_error(Errc::io, "control socket {}: {}", cfg_.control_socket,
-                      uv_strerror(rc));
+    return make_error(Errc::io, "control socket {}: {}", cfg_.control_socket, uv_strerror(rc));
   chmod(cfg_.control_socket.c_str(), 0666);  // the hook may run as the VM user
   control_open_ = true;
   return {};

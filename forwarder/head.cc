@@ -14,8 +14,21 @@ constexpr std::string_view kCrlf = "\r\n";
 bool is_tchar(unsigned char c) {
   if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return true;
   switch (c) {
-    case '!': case '#': case '$': case '%': case '&': case '\'': case '*': case '+':
-    case '-': case '.': case '^': case '_': case '`': case '|': case '~':
+    case '!':
+    case '#':
+    case '$':
+    case '%':
+    case '&':
+    case '\'':
+    case '*':
+    case '+':
+    case '-':
+    case '.':
+    case '^':
+    case '_':
+    case '`':
+    case '|':
+    case '~':
       return true;
     default:
       return false;
@@ -117,55 +130,88 @@ Refusal check_header_line(std::string_view line, bool* is_stamp) {
   return Refusal::none;
 }
 
-ParseResult refuse(Refusal r) { return ParseResult{ParseStatus::refused, r}; }
+ParseResult refuse(Refusal r) {
+  return ParseResult{ParseStatus::refused, r};
+}
 
 }  // namespace
 
 const char* refusal_name(Refusal r) {
   switch (r) {
-    case Refusal::none: return "none";
-    case Refusal::too_large: return "too_large";
-    case Refusal::too_many_headers: return "too_many_headers";
-    case Refusal::bare_lf: return "bare_lf";
-    case Refusal::bare_cr: return "bare_cr";
-    case Refusal::nul: return "nul";
-    case Refusal::leading_empty: return "leading_empty";
-    case Refusal::request_line: return "request_line";
-    case Refusal::method: return "method";
-    case Refusal::method_case: return "method_case";
-    case Refusal::version: return "version";
-    case Refusal::target_form: return "target_form";
-    case Refusal::target: return "target";
-    case Refusal::obs_fold: return "obs_fold";
-    case Refusal::header_name: return "header_name";
-    case Refusal::header_value: return "header_value";
-    case Refusal::kCount: break;
+    case Refusal::none:
+      return "none";
+    case Refusal::too_large:
+      return "too_large";
+    case Refusal::too_many_headers:
+      return "too_many_headers";
+    case Refusal::bare_lf:
+      return "bare_lf";
+    case Refusal::bare_cr:
+      return "bare_cr";
+    case Refusal::nul:
+      return "nul";
+    case Refusal::leading_empty:
+      return "leading_empty";
+    case Refusal::request_line:
+      return "request_line";
+    case Refusal::method:
+      return "method";
+    case Refusal::method_case:
+      return "method_case";
+    case Refusal::version:
+      return "version";
+    case Refusal::target_form:
+      return "target_form";
+    case Refusal::target:
+      return "target";
+    case Refusal::obs_fold:
+      return "obs_fold";
+    case Refusal::header_name:
+      return "header_name";
+    case Refusal::header_value:
+      return "header_value";
+    case Refusal::kCount:
+      break;
   }
   return "unknown";
 }
 
 const char* refusal_reason(Refusal r) {
   switch (r) {
-    case Refusal::none: return "no refusal";
-    case Refusal::too_large: return "the request head is larger than the limit";
-    case Refusal::too_many_headers: return "the request head has more header lines than the limit";
-    case Refusal::bare_lf: return "a line ends in LF without CR; every line must end in CRLF";
-    case Refusal::bare_cr: return "a CR is not followed by LF";
-    case Refusal::nul: return "the request head contains a NUL byte";
-    case Refusal::leading_empty: return "the request starts with an empty line";
+    case Refusal::none:
+      return "no refusal";
+    case Refusal::too_large:
+      return "the request head is larger than the limit";
+    case Refusal::too_many_headers:
+      return "the request head has more header lines than the limit";
+    case Refusal::bare_lf:
+      return "a line ends in LF without CR; every line must end in CRLF";
+    case Refusal::bare_cr:
+      return "a CR is not followed by LF";
+    case Refusal::nul:
+      return "the request head contains a NUL byte";
+    case Refusal::leading_empty:
+      return "the request starts with an empty line";
     case Refusal::request_line:
       return "the request line is not METHOD, target and version separated by single spaces";
-    case Refusal::method: return "the method is not an upper-case token";
-    case Refusal::method_case: return "the method has lower-case letters; write it in upper case";
-    case Refusal::version: return "the version is not HTTP/1.1 or HTTP/1.0";
+    case Refusal::method:
+      return "the method is not an upper-case token";
+    case Refusal::method_case:
+      return "the method has lower-case letters; write it in upper case";
+    case Refusal::version:
+      return "the version is not HTTP/1.1 or HTTP/1.0";
     case Refusal::target_form:
       return "the target is not absolute-form (http://host/path) or, for CONNECT, host:port";
-    case Refusal::target: return "the target's host or port is malformed";
-    case Refusal::obs_fold: return "a header line is folded (starts with a space or tab)";
+    case Refusal::target:
+      return "the target's host or port is malformed";
+    case Refusal::obs_fold:
+      return "a header line is folded (starts with a space or tab)";
     case Refusal::header_name:
       return "a header line has no name, a non-token name or a space before the colon";
-    case Refusal::header_value: return "a header value contains a control character";
-    case Refusal::kCount: break;
+    case Refusal::header_value:
+      return "a header value contains a control character";
+    case Refusal::kCount:
+      break;
   }
   return "unknown refusal";
 }
@@ -201,8 +247,8 @@ ParseResult parse_head(std::string_view buf, const HeadLimits& limits, Head* out
       first = false;
     } else if (content.empty()) {
       // End of head.
-      if (pos > keep_from) out->keep[out->keep_count++] = Span{uint32_t(keep_from),
-                                                              uint32_t(pos - keep_from)};
+      if (pos > keep_from)
+        out->keep[out->keep_count++] = Span{uint32_t(keep_from), uint32_t(pos - keep_from)};
       out->length = next;
       return ParseResult{ParseStatus::complete, Refusal::none};
     } else {
@@ -220,8 +266,7 @@ ParseResult parse_head(std::string_view buf, const HeadLimits& limits, Head* out
   }
 }
 
-size_t build_iov(const Head& head, std::string_view buf, std::string_view stamp_line,
-                 iovec* iov) {
+size_t build_iov(const Head& head, std::string_view buf, std::string_view stamp_line, iovec* iov) {
   size_t n = 0;
   for (size_t i = 0; i < head.keep_count; ++i) {
     iov[n].iov_base = const_cast<char*>(buf.data() + head.keep[i].off);

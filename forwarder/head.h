@@ -106,7 +106,6 @@ ParseResult parse_head(std::string_view buf, const HeadLimits& limits, Head* out
 // Fills `iov` with the stamped head: keep ranges of `buf`, then `stamp_line`
 // (a complete "Fy-Stamp: ...\r\n" line, or empty for an unstamped port), then
 // "\r\n". Returns the number of iovecs used (at most Head::kMaxKeep + 2).
-size_t build_iov(const Head& head, std::string_view buf, std::string_view stamp_line,
-                 iovec* iov);
+size_t build_iov(const Head& head, std::string_view buf, std::string_view stamp_line, iovec* iov);
 
 }  // namespace fy::fwd

@@ -38,8 +38,10 @@ Result<std::unique_ptr<Listener>> Listener::open(RelayContext* ctx, ListenerKind
     if (kind == ListenerKind::bridge && net == "auto") FY_TRY(l->ifmap_.open());
     return {};
   };
-  if (ns_fd >= 0) FY_TRY(run_in_netns(ns_fd, make));
-  else FY_TRY(make());
+  if (ns_fd >= 0)
+    FY_TRY(run_in_netns(ns_fd, make));
+  else
+    FY_TRY(make());
   l->spare_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   for (auto& p : l->ports_) {
     if (!ctx->engine->watch(p->fd.get(), EPOLLIN, p.get()))
@@ -73,9 +75,10 @@ void Listener::accept_on(Port& p) {
       ++ctx_->counters.accept_errors;
       uint64_t suppressed = 0;
       if (g_accept_log.allow(mono_ms(), &suppressed))
-        log::error("accept on {}: {}; connections are being reset ({} similar lines "
-                   "suppressed). Raise LimitNOFILE or lower [limits] connections.",
-                   describe(), strerror(errno), suppressed);
+        log::error(
+            "accept on {}: {}; connections are being reset ({} similar lines "
+            "suppressed). Raise LimitNOFILE or lower [limits] connections.",
+            describe(), strerror(errno), suppressed);
       if ((errno == EMFILE || errno == ENFILE) && spare_) {
         // Make room for one accept, reset that client, keep the spare.
         spare_.reset();

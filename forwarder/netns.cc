@@ -30,8 +30,8 @@ namespace fy::fwd {
 Result<NsHandle> open_netns(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0)
-    return make_error(errno == ENOENT ? Errc::not_found : Errc::io, "{} cannot be opened: {}",
-                      path, strerror(errno));
+    return make_error(errno == ENOENT ? Errc::not_found : Errc::io, "{} cannot be opened: {}", path,
+                      strerror(errno));
   NsHandle h;
   h.fd.reset(fd);
   struct statfs sfs;
@@ -84,9 +84,8 @@ Result<UniqueFd> listen_tcp(const std::string& ip, uint16_t port, int backlog) {
     setsockopt(fd.get(), IPPROTO_IPV6, IPV6_FREEBIND, &one, sizeof one);
   }
   if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&ss), len) != 0)
-    return make_error(errno == EADDRINUSE ? Errc::refused : Errc::io,
-                      "cannot bind {}: {}", sockaddr_string(reinterpret_cast<sockaddr*>(&ss)),
-                      strerror(errno));
+    return make_error(errno == EADDRINUSE ? Errc::refused : Errc::io, "cannot bind {}: {}",
+                      sockaddr_string(reinterpret_cast<sockaddr*>(&ss)), strerror(errno));
   if (::listen(fd.get(), backlog) != 0)
     return make_error(Errc::io, "listen on {}:{}: {}", ip, port, strerror(errno));
   return fd;
@@ -148,8 +147,7 @@ Result<void> IfaceMap::refresh() {
     auto* ifi = static_cast<const ifinfomsg*>(NLMSG_DATA(nh));
     int len = static_cast<int>(IFLA_PAYLOAD(nh));
     for (auto* a = IFLA_RTA(ifi); RTA_OK(a, len); a = RTA_NEXT(a, len))
-      if (a->rta_type == IFLA_IFNAME)
-        names[ifi->ifi_index] = static_cast<const char*>(RTA_DATA(a));
+      if (a->rta_type == IFLA_IFNAME) names[ifi->ifi_index] = static_cast<const char*>(RTA_DATA(a));
   }));
   std::unordered_map<std::string, std::string> by_ip;
   FY_TRY(nl_dump(nl_.get(), RTM_GETADDR, ++seq, [&](const nlmsghdr* nh) {

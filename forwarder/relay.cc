@@ -187,8 +187,10 @@ void Connection::on_timer() {
     case Phase::dialing: {
       if (attempts_ <= ctx_->cfg->redials) {
         ++ctx_->counters.redials;
-        log::info("{} no answer from the proxy in {} ms (attempt {}); re-dialling on a new "
-                  "socket", label(), ctx_->cfg->connect_timeout_ms, attempts_);
+        log::info(
+            "{} no answer from the proxy in {} ms (attempt {}); re-dialling on a new "
+            "socket",
+            label(), ctx_->cfg->connect_timeout_ms, attempts_);
         ::close(ufd_);  // a SYN_SENT socket goes without a packet
         ufd_ = -1;
         u_writable_ = u_readable_ = false;
@@ -244,8 +246,7 @@ void Connection::read_head() {
     ++ctx_->counters.refused_head;
     ++ctx_->counters.refused_by[static_cast<size_t>(r.refusal)];
     if (peer_log_allowed())
-      log::info("{} refused: {} ({})", label(), refusal_reason(r.refusal),
-                refusal_name(r.refusal));
+      log::info("{} refused: {} ({})", label(), refusal_reason(r.refusal), refusal_name(r.refusal));
     refuse(400, "Bad Request", refusal_name(r.refusal),
            fmt::format("fy-forwarder refused this request: {}.\nIt passes only canonical HTTP/1 "
                        "proxy requests: CRLF line ends, single spaces, an upper-case method, "
@@ -271,12 +272,11 @@ void Connection::on_head(const Head& h) {
     std::memcpy(&attrib_->query.dst, &a_.orig_dst, sizeof a_.orig_dst);
     work_.data = this;
     work_pending_ = true;
-    uv_queue_work(ctx_->engine->loop(), &work_, &Connection::attrib_work,
-                  &Connection::attrib_done);
+    uv_queue_work(ctx_->engine->loop(), &work_, &Connection::attrib_work, &Connection::attrib_done);
     return;
   }
-  stamp_line_ = ctx_->stamper->line(sockaddr_ip(reinterpret_cast<const sockaddr*>(&a_.peer)),
-                                    a_.net, "");
+  stamp_line_ =
+      ctx_->stamper->line(sockaddr_ip(reinterpret_cast<const sockaddr*>(&a_.peer)), a_.net, "");
   ++ctx_->counters.stamped;
   dial();
 }
@@ -301,8 +301,8 @@ void Connection::attrib_done(uv_work_t* w, int status) {
   if (a.verdict == Attribution::Verdict::refused_pasta) {
     ++k.attrib_refused_pasta;
     if (peer_log_allowed()) log::info("{} refused: {}", self->label(), a.why);
-    self->refuse(403, "Forbidden", "pasta", "fy-forwarder refused this connection: " + a.why +
-                                                ".\n");
+    self->refuse(403, "Forbidden", "pasta",
+                 "fy-forwarder refused this connection: " + a.why + ".\n");
     return;
   }
   if (a.verdict != Attribution::Verdict::ok) {
@@ -310,7 +310,8 @@ void Connection::attrib_done(uv_work_t* w, int status) {
     if (peer_log_allowed()) log::info("{} not attributed: {}", self->label(), a.why);
     self->refuse(503, "Service Unavailable", "attribution",
                  "fy-forwarder could not tell who made this connection, so it does not pass it "
-                 "on: " + a.why + ". Retry; if it persists, see fy-forwarder's log.\n");
+                 "on: " +
+                     a.why + ". Retry; if it persists, see fy-forwarder's log.\n");
     return;
   }
   ++k.attributed;
@@ -453,8 +454,8 @@ bool Connection::move(Dir& d, int src, int dst, bool& src_readable, bool& dst_wr
   bool any = false;
   while (!d.done) {
     if (d.pending > 0 && dst_writable) {
-      ssize_t n = splice(d.pipe_r, nullptr, dst, nullptr, d.pending,
-                         SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+      ssize_t n =
+          splice(d.pipe_r, nullptr, dst, nullptr, d.pending, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
       if (n > 0) {
         d.pending -= static_cast<size_t>(n);
         bytes += static_cast<uint64_t>(n);
@@ -477,8 +478,8 @@ bool Connection::move(Dir& d, int src, int dst, bool& src_readable, bool& dst_wr
         finish(true, true);
         return any;
       }
-      ssize_t n = splice(src, nullptr, d.pipe_w, nullptr, kSpliceMax,
-                         SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+      ssize_t n =
+          splice(src, nullptr, d.pipe_w, nullptr, kSpliceMax, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
       if (n > 0) {
         d.pending += static_cast<size_t>(n);
         any = true;
@@ -577,8 +578,8 @@ void Connection::begin_rst_wait() {
     ++ctx_->counters.rst_forced;
     ++ctx_->counters.rst_closes;
     if (peer_log_allowed())
-      log::info("{} the proxy left {} bytes unacknowledged for {} ms: reset anyway", label(),
-                outq, ctx_->cfg->rst_wait_ms);
+      log::info("{} the proxy left {} bytes unacknowledged for {} ms: reset anyway", label(), outq,
+                ctx_->cfg->rst_wait_ms);
     finish(false, true);
     return;
   }
@@ -630,31 +631,38 @@ void Connection::release_dir(Dir& d) {
 void Connection::finish(bool reset_client, bool reset_upstream) {
   if (phase_ == Phase::closed) return;
   bool aborted = reset_client && reset_upstream;
-  if (aborted && (phase_ == Phase::relaying || phase_ == Phase::rst_wait))
-    ++ctx_->counters.aborted;
+  if (aborted && (phase_ == Phase::relaying || phase_ == Phase::rst_wait)) ++ctx_->counters.aborted;
   phase_ = Phase::closed;
   ctx_->engine->disarm(this);
   if (ufd_ >= 0) {
-    if (reset_upstream) close_reset(ufd_);
-    else ::close(ufd_);
+    if (reset_upstream)
+      close_reset(ufd_);
+    else
+      ::close(ufd_);
     ufd_ = -1;
   }
   if (cfd_ >= 0) {
-    if (reset_client) close_reset(cfd_);
-    else ::close(cfd_);
+    if (reset_client)
+      close_reset(cfd_);
+    else
+      ::close(cfd_);
     cfd_ = -1;
   }
   release_dir(c2u_);
   release_dir(u2c_);
   --ctx_->counters.active;
-  if (prev_) prev_->next_ = next_;
-  else ctx_->head = next_;
+  if (prev_)
+    prev_->next_ = next_;
+  else
+    ctx_->head = next_;
   if (next_) next_->prev_ = prev_;
   prev_ = next_ = nullptr;
   if (!work_pending_) ctx_->engine->retire(this);
   // else attrib_done retires it.
 }
 
-void Connection::abort_now() { finish(true, true); }
+void Connection::abort_now() {
+  finish(true, true);
+}
 
 }  // namespace fy::fwd

@@ -78,10 +78,10 @@ struct Counters {
   uint64_t attrib_failed = 0;
   uint64_t attrib_us_total = 0;  // time spent attributing (thread pool), all lookups
   uint64_t attrib_us_max = 0;
-  uint64_t fin_closes = 0;    // client finished first; FIN passed upstream
-  uint64_t rst_closes = 0;    // upstream finished first; closed with RST after SIOCOUTQ 0
-  uint64_t rst_forced = 0;    // ... SIOCOUTQ never reached 0 within rst_wait_ms
-  uint64_t aborted = 0;       // an error on either side: both reset
+  uint64_t fin_closes = 0;  // client finished first; FIN passed upstream
+  uint64_t rst_closes = 0;  // upstream finished first; closed with RST after SIOCOUTQ 0
+  uint64_t rst_forced = 0;  // ... SIOCOUTQ never reached 0 within rst_wait_ms
+  uint64_t aborted = 0;     // an error on either side: both reset
   uint64_t half_closed_timeouts = 0;
   uint64_t bytes_up = 0;
   uint64_t bytes_down = 0;
@@ -127,8 +127,16 @@ class Connection final : public Retirable, private TimerSlot {
   Connection* prev_ = nullptr;
 
  private:
-  enum class Phase : uint8_t { head, attributing, dialing, sending, relaying, rst_wait, refusing,
-                               closed };
+  enum class Phase : uint8_t {
+    head,
+    attributing,
+    dialing,
+    sending,
+    relaying,
+    rst_wait,
+    refusing,
+    closed
+  };
   struct Side final : Watcher {
     Connection* c = nullptr;
     bool upstream = false;
@@ -145,20 +153,20 @@ class Connection final : public Retirable, private TimerSlot {
   void on_io(bool upstream, uint32_t events);
   void on_timer() override;
 
-  void read_head();            // may close
+  void read_head();             // may close
   void on_head(const Head& h);  // may close
   static void attrib_work(uv_work_t* w);
   static void attrib_done(uv_work_t* w, int status);
-  void dial();                 // may close
-  void check_connect();        // may close
-  void send_head();            // may close
-  void pump();                 // may close
+  void dial();           // may close
+  void check_connect();  // may close
+  void send_head();      // may close
+  void pump();           // may close
   bool move(Dir& d, int src, int dst, bool& src_readable, bool& dst_writable, uint64_t& bytes);
-  void on_dir_done(bool upstream_to_client);  // may close
-  void begin_rst_wait();       // may close
+  void on_dir_done(bool upstream_to_client);   // may close
+  void begin_rst_wait();                       // may close
   void fail_upstream(const std::string& why);  // may close
   void refuse(int status, const char* reason_phrase, const std::string& tag,
-              const std::string& body);  // may close
+              const std::string& body);                 // may close
   void finish(bool reset_client, bool reset_upstream);  // closes
   void release_dir(Dir& d);
   std::string label() const;

@@ -71,15 +71,15 @@ void Stamper::reserve() {
   if (fd >= 0) ::close(fd);
   ok = ok && ::rename(tmp.c_str(), seq_path_.c_str()) == 0;
   if (!ok && !persist_failed_)
-    log::error("cannot record the stamp sequence in {}: {}; stamps continue, but a restart in "
-               "this boot may repeat sequences the proxy then refuses as replays",
-               seq_path_, strerror(errno));
+    log::error(
+        "cannot record the stamp sequence in {}: {}; stamps continue, but a restart in "
+        "this boot may repeat sequences the proxy then refuses as replays",
+        seq_path_, strerror(errno));
   persist_failed_ = !ok;
   reserved_ = upto;  // in memory either way: never reuse within this process
 }
 
-std::string Stamper::line(const std::string& src, const std::string& net,
-                          const std::string& who) {
+std::string Stamper::line(const std::string& src, const std::string& net, const std::string& who) {
   if (next_ >= reserved_) reserve();
   stamp::Fields f;
   f.src = src;

@@ -31,7 +31,8 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr const char* kPod = "libpod-0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.scope";
+constexpr const char* kPod =
+    "libpod-0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.scope";
 
 double us_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
@@ -62,13 +63,17 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--help") {
-      puts("usage: fy-fwd-attrib-cost [--sockets N] [--connections M] [--cgroup-root DIR]\n"
-           "Run as root inside a fresh network namespace (see the source's header).");
+      puts(
+          "usage: fy-fwd-attrib-cost [--sockets N] [--connections M] [--cgroup-root DIR]\n"
+          "Run as root inside a fresh network namespace (see the source's header).");
       return 0;
     }
-    if (a == "--sockets" && i + 1 < argc) sockets = atoi(argv[++i]);
-    else if (a == "--connections" && i + 1 < argc) connections = atoi(argv[++i]);
-    else if (a == "--cgroup-root" && i + 1 < argc) root = argv[++i];
+    if (a == "--sockets" && i + 1 < argc)
+      sockets = atoi(argv[++i]);
+    else if (a == "--connections" && i + 1 < argc)
+      connections = atoi(argv[++i]);
+    else if (a == "--cgroup-root" && i + 1 < argc)
+      root = argv[++i];
     else {
       fprintf(stderr, "unknown argument %s\n", a.c_str());
       return 2;
@@ -178,14 +183,15 @@ int main(int argc, char** argv) {
   rmdir(pod.c_str());
   rmdir(plain.c_str());
   rmdir(base.c_str());
-  printf("{\"sockets\":%d,\"connections\":%d,\"wrong\":%d,"
-         "\"sock_diag_us\":{\"p50\":%.1f,\"p99\":%.1f},"
-         "\"bpf_owner_us\":{\"p50\":%.1f,\"p99\":%.1f},"
-         "\"proc_walk_us\":{\"p50\":%.1f,\"p99\":%.1f},"
-         "\"lookup_bpf_us\":{\"p50\":%.1f,\"p99\":%.1f},"
-         "\"lookup_proc_us\":{\"p50\":%.1f,\"p99\":%.1f}}\n",
-         sockets, connections, wrong, diag.pct(.5), diag.pct(.99), owner_bpf.pct(.5),
-         owner_bpf.pct(.99), walk.pct(.5), walk.pct(.99), full_bpf.pct(.5), full_bpf.pct(.99),
-         full_proc.pct(.5), full_proc.pct(.99));
+  printf(
+      "{\"sockets\":%d,\"connections\":%d,\"wrong\":%d,"
+      "\"sock_diag_us\":{\"p50\":%.1f,\"p99\":%.1f},"
+      "\"bpf_owner_us\":{\"p50\":%.1f,\"p99\":%.1f},"
+      "\"proc_walk_us\":{\"p50\":%.1f,\"p99\":%.1f},"
+      "\"lookup_bpf_us\":{\"p50\":%.1f,\"p99\":%.1f},"
+      "\"lookup_proc_us\":{\"p50\":%.1f,\"p99\":%.1f}}\n",
+      sockets, connections, wrong, diag.pct(.5), diag.pct(.99), owner_bpf.pct(.5),
+      owner_bpf.pct(.99), walk.pct(.5), walk.pct(.99), full_bpf.pct(.5), full_bpf.pct(.99),
+      full_proc.pct(.5), full_proc.pct(.99));
   return wrong ? 1 : 0;
 }

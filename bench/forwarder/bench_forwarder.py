@@ -57,7 +57,8 @@ def main():
     ap.add_argument("--bulk", type=int, default=2, help="bodies per client per arm per round")
     ap.add_argument("--rate-seconds", type=float, default=2.0)
     ap.add_argument("--rate-concurrency", type=int, default=64)
-    ap.add_argument("--out", default=None, help="JSON output (default: <build>/bench-forwarder.json)")
+    ap.add_argument("--out", default=None,
+                    help="JSON output (default: <build>/bench-forwarder.json)")
     ap.add_argument("--forwarder-extra", default="",
                     help="TOML appended to the forwarder's config (e.g. a [limits] table)")
     ap.add_argument("--hold", action="store_true",

@@ -146,9 +146,12 @@ bool start_upstream(Conn* k) {
   } else if (!g_key.empty()) {
     auto f = stamps == 1 ? fy::stamp::verify(stamp_value, g_key)
                          : fy::Result<fy::stamp::Fields>(fy::Error{fy::Errc::parse, "many"});
-    if (!f) ++g_count.stamped_invalid;
-    else if (!g_guard.accept(f->boot, f->seq)) ++g_count.replayed;
-    else ++g_count.stamped_valid;
+    if (!f)
+      ++g_count.stamped_invalid;
+    else if (!g_guard.accept(f->boot, f->seq))
+      ++g_count.replayed;
+    else
+      ++g_count.stamped_valid;
   }
   std::string authority;
   std::string path = "/";
@@ -272,18 +275,18 @@ void on_event(Side* s, uint32_t ev) {
   }
   if (!k->out.empty()) {
     ssize_t n = send(k->u, k->out.data(), k->out.size(), MSG_NOSIGNAL);
-    if (n > 0) k->out.erase(0, n);
+    if (n > 0)
+      k->out.erase(0, n);
     else if (n < 0 && errno != EAGAIN) {
       close_conn(k);
       return;
     }
   }
-  bool ok = k->out.empty()
-                ? pump(k->c, k->u, k->cp, &k->c_pending, &k->c_eof, &k->u_shut, true)
-                : true;
-  ok = ok && (k->to_client.empty()
-                  ? pump(k->u, k->c, k->up, &k->u_pending, &k->u_eof, &k->c_shut, true)
-                  : true);
+  bool ok =
+      k->out.empty() ? pump(k->c, k->u, k->cp, &k->c_pending, &k->c_eof, &k->u_shut, true) : true;
+  ok = ok &&
+       (k->to_client.empty() ? pump(k->u, k->c, k->up, &k->u_pending, &k->u_eof, &k->c_shut, true)
+                             : true);
   if (!ok || (k->c_shut && k->u_shut)) {
     close_conn(k);
     return;
@@ -299,8 +302,9 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--help") {
-      puts("usage: fy-bench-proxy --listen IP:PORT [--listen ...] [--key FILE] [--stats FILE]\n"
-           "A minimal forward proxy standing in for fy-proxy in bench/forwarder (not fy-proxy).");
+      puts(
+          "usage: fy-bench-proxy --listen IP:PORT [--listen ...] [--key FILE] [--stats FILE]\n"
+          "A minimal forward proxy standing in for fy-proxy in bench/forwarder (not fy-proxy).");
       return 0;
     } else if (a == "--listen" && i + 1 < argc) {
       listens.push_back(argv[++i]);
@@ -326,7 +330,7 @@ int main(int argc, char** argv) {
     g_key = *k;
   }
   signal(SIGPIPE, SIG_IGN);
-  struct sigaction sa{};
+  struct sigaction sa {};
   sa.sa_handler = [](int) { g_stop = 1; };
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);

@@ -149,8 +149,10 @@ int run_small(const Args& a) {
     int fd = dial();
     bool ok = fd >= 0 && send_all(fd, req) && read_response(fd, buf) > 0;
     if (fd >= 0) close(fd);  // the client closes first, as curl does
-    if (ok) us.push_back(us_since(t0));
-    else ++failed;
+    if (ok)
+      us.push_back(us_since(t0));
+    else
+      ++failed;
   }
   print_samples("small", us, failed);
   return 0;
@@ -160,8 +162,7 @@ int run_tls(const Args& a) {
   bssl::UniquePtr<SSL_CTX> ctx(SSL_CTX_new(TLS_method()));
   SSL_CTX_set_session_cache_mode(ctx.get(), SSL_SESS_CACHE_OFF);
   SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_NONE, nullptr);  // the throwaway origin cert
-  std::string connect_req = "CONNECT " + a.connect + " HTTP/1.1\r\nHost: " + a.connect +
-                            "\r\n\r\n";
+  std::string connect_req = "CONNECT " + a.connect + " HTTP/1.1\r\nHost: " + a.connect + "\r\n\r\n";
   std::string inner = "GET " + a.path + " HTTP/1.1\r\nHost: " + a.connect + "\r\n\r\n";
   std::mutex mu;
   std::vector<double> us;
@@ -177,8 +178,8 @@ int run_tls(const Args& a) {
         // The proxy's answer to CONNECT: read exactly the head.
         std::string head;
         char c;
-        while (ok && head.find("\r\n\r\n") == std::string::npos) ok = recv(fd, &c, 1, 0) == 1 &&
-                                                                     (head += c, true);
+        while (ok && head.find("\r\n\r\n") == std::string::npos)
+          ok = recv(fd, &c, 1, 0) == 1 && (head += c, true);
         ok = ok && head.compare(9, 3, "200") == 0;
       }
       if (ok) {
@@ -200,8 +201,10 @@ int run_tls(const Args& a) {
         ERR_clear_error();
       }
       if (fd >= 0) close(fd);
-      if (ok) mine.push_back(us_since(t0));
-      else ++failed;
+      if (ok)
+        mine.push_back(us_since(t0));
+      else
+        ++failed;
     }
     std::lock_guard<std::mutex> l(mu);
     us.insert(us.end(), mine.begin(), mine.end());
@@ -345,9 +348,10 @@ int run_rate(const Args& a) {
   double secs = us_since(t0) / 1e6;
   for (auto& c : cs)
     if (c.fd >= 0) close(c.fd);
-  printf("{\"mode\":\"rate\",\"completed\":%llu,\"errors\":%llu,\"seconds\":%.4f,"
-         "\"per_second\":%.1f,\"error_kinds\":{",
-         (unsigned long long)done, (unsigned long long)errors, secs, done / secs);
+  printf(
+      "{\"mode\":\"rate\",\"completed\":%llu,\"errors\":%llu,\"seconds\":%.4f,"
+      "\"per_second\":%.1f,\"error_kinds\":{",
+      (unsigned long long)done, (unsigned long long)errors, secs, done / secs);
   bool first = true;
   for (auto& [k, v] : kinds) {
     printf("%s\"%s\":%llu", first ? "" : ",", k.c_str(), (unsigned long long)v);
@@ -365,19 +369,29 @@ int main(int argc, char** argv) {
     std::string k = argv[i];
     auto v = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
     if (k == "--help") {
-      puts("usage: fy-fwd-loadgen --proxy IP:PORT --mode small|tls|bulk|rate [--url URL] "
-           "[--connect HOST:PORT] [--path P] [--samples N] [--parallel P] [--seconds S] "
-           "[--concurrency C]");
+      puts(
+          "usage: fy-fwd-loadgen --proxy IP:PORT --mode small|tls|bulk|rate [--url URL] "
+          "[--connect HOST:PORT] [--path P] [--samples N] [--parallel P] [--seconds S] "
+          "[--concurrency C]");
       return 0;
-    } else if (k == "--mode") a.mode = v();
-    else if (k == "--proxy") a.proxy = v();
-    else if (k == "--url") a.url = v();
-    else if (k == "--connect") a.connect = v();
-    else if (k == "--path") a.path = v();
-    else if (k == "--samples") a.samples = atoi(v().c_str());
-    else if (k == "--parallel") a.parallel = atoi(v().c_str());
-    else if (k == "--concurrency") a.concurrency = atoi(v().c_str());
-    else if (k == "--seconds") a.seconds = atof(v().c_str());
+    } else if (k == "--mode")
+      a.mode = v();
+    else if (k == "--proxy")
+      a.proxy = v();
+    else if (k == "--url")
+      a.url = v();
+    else if (k == "--connect")
+      a.connect = v();
+    else if (k == "--path")
+      a.path = v();
+    else if (k == "--samples")
+      a.samples = atoi(v().c_str());
+    else if (k == "--parallel")
+      a.parallel = atoi(v().c_str());
+    else if (k == "--concurrency")
+      a.concurrency = atoi(v().c_str());
+    else if (k == "--seconds")
+      a.seconds = atof(v().c_str());
     else {
       fprintf(stderr, "fy-fwd-loadgen: unknown argument %s\n", k.c_str());
       return 2;

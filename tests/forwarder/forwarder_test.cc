@@ -61,8 +61,9 @@ TEST_CASE("canonical proxy heads are accepted") {
   CHECK(p.h.length == 60);
   CHECK_FALSE(p.h.is_connect);
 
-  p = parse("CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n"
-            "Proxy-Authorization: Basic Zm9vOmJhcg==\r\n\r\n");
+  p = parse(
+      "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n"
+      "Proxy-Authorization: Basic Zm9vOmJhcg==\r\n\r\n");
   CHECK(p.r.status == ParseStatus::complete);
   CHECK(p.h.is_connect);
   CHECK(p.h.header_count == 2);
@@ -263,14 +264,15 @@ attribution = "proc"
 
   auto bad = parse_config("key_file = \"/k\"\n[upstream]\nhost = \"gw\"\nporrt = 1\n", "b.toml");
   REQUIRE_FALSE(bad.ok());
-  CHECK(bad.error().message.find("b.toml:3") != std::string::npos);     // host not an IP
-  CHECK(bad.error().message.find("porrt") != std::string::npos);        // unknown key
-  CHECK(bad.error().message.find("[[port]]") != std::string::npos);     // no ports
+  CHECK(bad.error().message.find("b.toml:3") != std::string::npos);  // host not an IP
+  CHECK(bad.error().message.find("porrt") != std::string::npos);     // unknown key
+  CHECK(bad.error().message.find("[[port]]") != std::string::npos);  // no ports
   CHECK(bad.error().message.find("nothing would listen") != std::string::npos);
 
-  auto both = parse_config("key_file = \"/k\"\n[upstream]\nhost = \"1.2.3.4\"\n[[port]]\nport=1\n"
-                           "[bridge]\nnetns=\"/a\"\nnetns_pid_file=\"/b\"\n",
-                           "c.toml");
+  auto both = parse_config(
+      "key_file = \"/k\"\n[upstream]\nhost = \"1.2.3.4\"\n[[port]]\nport=1\n"
+      "[bridge]\nnetns=\"/a\"\nnetns_pid_file=\"/b\"\n",
+      "c.toml");
   REQUIRE_FALSE(both.ok());
   CHECK(both.error().message.find("exactly one of netns") != std::string::npos);
 
@@ -283,7 +285,8 @@ TEST_CASE("cgroup paths are classified by their outermost scope") {
   std::string id(64, 'a');
   std::string id2(64, 'b');
   CHECK(Attributor::classify_cgroup("/user.slice/user-1000.slice/user@1000.service/user.slice/"
-                                    "libpod-" + id + ".scope/container") == "container:" + id);
+                                    "libpod-" +
+                                    id + ".scope/container") == "container:" + id);
   CHECK(Attributor::classify_cgroup("/libpod-" + id + ".scope/x/libpod-" + id2 + ".scope") ==
         "container:" + id);
   CHECK(Attributor::classify_cgroup("/user.slice/crun-buildah-buildah4242.scope") ==
@@ -297,7 +300,8 @@ TEST_CASE("cgroup paths are classified by their outermost scope") {
   CHECK(Attributor::classify_cgroup("/") == "user");
   CHECK(Attributor::classify_cgroup("") == "user");
   // Characters outside the stamp's who set are replaced, so the stamp stays valid.
-  CHECK(Attributor::classify_cgroup("/crun-buildah-a;b c.scope") == "build:crun-buildah-a_b_c.scope");
+  CHECK(Attributor::classify_cgroup("/crun-buildah-a;b c.scope") ==
+        "build:crun-buildah-a_b_c.scope");
 }
 
 TEST_CASE("the stamp sequence continues across restarts within a boot") {

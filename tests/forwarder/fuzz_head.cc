@@ -88,8 +88,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<std::string> expect;
   size_t stamps_in = 0;
   for (const auto& name : before.names) {
-    if (fy::iequals(name, "Fy-Stamp")) ++stamps_in;
-    else expect.push_back(name);
+    if (fy::iequals(name, "Fy-Stamp"))
+      ++stamps_in;
+    else
+      expect.push_back(name);
   }
   expect.push_back("Fy-Stamp");
   if (stamps_in != h.stamps_removed) abort();

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """An origin server for the forwarder tests: answers every request with
-"origin ok <path>" (or, for /big/<n>, n bytes) and records each request's head (one JSON line per request),
-so a test can check that no stamp ever reaches an origin.
+"origin ok <path>" (or, for /big/<n>, n bytes) and records each request's head
+(one JSON line per request), so a test can check that no stamp ever reaches an
+origin.
 
     recording_origin.py --listen 198.51.100.80:80 --log FILE
 """

@@ -7,8 +7,8 @@
 //       with "valid <json>", "replayed <json>" or "invalid <why>": verify() and
 //       one ReplayGuard, as a proxy uses them (the recording proxy's verifier)
 #include <cstdio>
-#include <iostream>
 #include <cstdlib>
+#include <iostream>
 #include <string>
 
 #include "core/crypto.h"
@@ -17,9 +17,10 @@
 
 int main(int argc, char** argv) {
   if (argc < 2 || std::string(argv[1]) == "--help") {
-    puts("usage: fyf-stamp-tool verify <key hex> <value>\n"
-         "       fyf-stamp-tool format <key hex> <src> <net> <who|-> <seq> <boot>\n"
-         "       fyf-stamp-tool serve <key hex>");
+    puts(
+        "usage: fyf-stamp-tool verify <key hex> <value>\n"
+        "       fyf-stamp-tool format <key hex> <src> <net> <who|-> <seq> <boot>\n"
+        "       fyf-stamp-tool serve <key hex>");
     return argc < 2 ? 2 : 0;
   }
   std::string cmd = argv[1];

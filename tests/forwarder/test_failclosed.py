@@ -119,6 +119,22 @@ class FailClosed(unittest.TestCase):
             fwd = rig.start_forwarder(name="clean")
             self.assertNotIn("without a clean shutdown", fwd.log())
 
+    def test_example_config_and_hook_json_are_valid(self):
+        example = os.path.join(source_dir(), "forwarder", "exe", "forwarder.example.toml")
+        r = subprocess.run([FORWARDER, "--check-config", "--config", example],
+                           capture_output=True, text=True, timeout=10)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        r = subprocess.run([FORWARDER, "--check-config", "--config", "/nonexistent/fyf.toml"],
+                           capture_output=True, text=True, timeout=10)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("cannot be read", r.stderr)
+        import json
+        with open(os.path.join(source_dir(), "forwarder", "exe", "fy-forwarder-hook.json")) as f:
+            spec = json.load(f)
+        self.assertEqual(spec["stages"], ["prestart"])
+        self.assertEqual(spec["hook"]["path"], "/usr/libexec/fy/fy-forwarder-hook")
+        self.assertGreater(spec["hook"]["timeout"], 5)  # longer than the hook's own bound
+
     @unittest.skipUnless(shutil.which("systemd-analyze"), "systemd-analyze is not installed")
     def test_systemd_unit_is_valid(self):
         unit = os.path.join(source_dir(), "forwarder", "exe", "fy-forwarder.service")

@@ -47,10 +47,9 @@ class Capture:
 
     def __enter__(self):
         self.p = subprocess.Popen(
-            ["ip", "netns", "exec", RIG.topo.host, "tcpdump", "-Z", "root", "--immediate-mode", "-i", "eth0",
-             "-nn", "-U",
-             "-w",
-             self.path, "tcp port %d" % PROXY_PORT], stderr=subprocess.PIPE, text=True)
+            ["ip", "netns", "exec", RIG.topo.host, "tcpdump", "-Z", "root", "--immediate-mode",
+             "-i", "eth0", "-nn", "-U", "-w", self.path, "tcp port %d" % PROXY_PORT],
+            stderr=subprocess.PIPE, text=True)
         line = self.p.stderr.readline()  # "listening on eth0 ..." once it captures
         assert "listening" in line, line
         return self
