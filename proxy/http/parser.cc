@@ -87,6 +87,27 @@ HeadScanner::Status HeadScanner::scan(std::string_view data, size_t* used, Parse
   return Status::need_more;
 }
 
+HeadScanner::Status HeadReader::feed(std::string_view data, size_t* used, std::string_view* head,
+                                     ParseError* error) {
+  auto st = scan_.scan(data, used, error);
+  if (st == HeadScanner::Status::need_more) {
+    buf_.append(data);
+  } else if (st == HeadScanner::Status::complete) {
+    if (buf_.empty()) {
+      *head = data.substr(0, *used);
+    } else {
+      buf_.append(data.substr(0, *used));
+      *head = buf_;
+    }
+  }
+  return st;
+}
+
+void HeadReader::reset() {
+  scan_.reset();
+  buf_.clear();
+}
+
 namespace {
 Parser* self(llhttp_t* p) { return static_cast<Parser*>(p->data); }
 

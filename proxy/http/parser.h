@@ -90,6 +90,24 @@ class HeadScanner {
   bool first_line_ = true;
 };
 
+// A head across reads: viewed in place when it arrives whole in one read,
+// copied into its own buffer when it spans reads.
+class HeadReader {
+ public:
+  explicit HeadReader(const Limits& limits) : scan_(limits) {}
+  // Feeds the next bytes. On `complete`, `*head` views the whole head (in
+  // `data` or in the reader's buffer: valid until the next feed() or
+  // reset()) and `*used` is how many bytes of `data` belong to it.
+  HeadScanner::Status feed(std::string_view data, size_t* used, std::string_view* head,
+                           ParseError* error);
+  void reset();
+  bool started() const { return scan_.scanned() > 0; }
+
+ private:
+  HeadScanner scan_;
+  std::string buf_;
+};
+
 class Parser {
  public:
   // type: HTTP_REQUEST or HTTP_RESPONSE.

@@ -17,7 +17,7 @@ class HttpsCall final : public proxy::StreamHandler {
   HttpsCall(uv_loop_t* loop, SSL_CTX* ctx, HttpsRequest req,
             std::function<void(Result<HttpsResponse>)> done)
       : loop_(loop), ctx_(ctx), req_(std::move(req)), done_(std::move(done)),
-        scan_(limits_), parser_(HTTP_RESPONSE, limits_) {
+        reader_(limits_), parser_(HTTP_RESPONSE, limits_) {
     uv_timer_init(loop, &timer_);
     timer_.data = this;
     parser_.on_body = [this](std::string_view b) {
@@ -63,17 +63,14 @@ class HttpsCall final : public proxy::StreamHandler {
       if (!head_done_) {
         size_t used = 0;
         http::ParseError err;
-        auto st = scan_.scan(std::string_view(p, n), &used, &err);
+        std::string_view text;
+        auto st = reader_.feed(std::string_view(p, n), &used, &text, &err);
         if (st == http::HeadScanner::Status::error) return finish(make_error(Errc::parse, "{}", err.reason));
-        if (st == http::HeadScanner::Status::need_more) {
-          head_.append(p, n);
-          return;
-        }
-        head_.append(p, used);
+        if (st == http::HeadScanner::Status::need_more) return;
         p += used;
         n -= used;
         http::Head h;
-        if (!parser_.parse_head(head_, &h, &err)) return finish(make_error(Errc::parse, "{}", err.reason));
+        if (!parser_.parse_head(text, &h, &err)) return finish(make_error(Errc::parse, "{}", err.reason));
         resp_.status = h.status;
         head_done_ = true;
         if (parser_.message_complete()) return finish(std::move(resp_));
@@ -174,9 +171,8 @@ class HttpsCall final : public proxy::StreamHandler {
   HttpsRequest req_;
   std::function<void(Result<HttpsResponse>)> done_;
   http::Limits limits_;
-  http::HeadScanner scan_;
+  http::HeadReader reader_;
   http::Parser parser_;
-  std::string head_;
   bool head_done_ = false;
   HttpsResponse resp_;
   uv_timer_t timer_;

@@ -179,26 +179,20 @@ MintOutcome failure(std::string reason) {
   return o;
 }
 
-// Static: the secret from the host env file, reported on the next loop turn.
-class StaticJob final : public MintJob {
+// Reports a known outcome on the next loop turn: a static secret (or its
+// absence), or a remembered failure.
+class DeferredJob final : public MintJob {
  public:
-  StaticJob(CredentialStore* s, const Rule& r, std::string key, uv_loop_t* loop, std::optional<std::string> secret)
-      : MintJob(s, r, std::move(key)), secret_(std::move(secret)) {
+  DeferredJob(CredentialStore* s, const Rule& r, std::string key, uv_loop_t* loop, MintOutcome out)
+      : MintJob(s, r, std::move(key)), out_(std::move(out)) {
     uv_timer_init(loop, &timer_);
     timer_.data = this;
   }
   void start() override {
     uv_timer_start(&timer_, [](uv_timer_t* t) {
-      auto* self = static_cast<StaticJob*>(t->data);
-      MintOutcome out;
-      if (!self->secret_ || self->secret_->empty()) {
-        out = failure(self->rule_.secret_name() + " is not set in the host env file");
-      } else {
-        out.ok = true;
-        out.value = *self->secret_;
-        out.ttl_s = self->rule_.ttl_s;
-      }
-      self->report(out);
+      auto* self = static_cast<DeferredJob*>(t->data);
+      self->report(self->out_);
+      self->out_.value.assign(self->out_.value.size(), '\0');
       self->close();
     }, 0, 0);
   }
@@ -211,11 +205,21 @@ class StaticJob final : public MintJob {
   void close() {
     if (!uv_is_closing(reinterpret_cast<uv_handle_t*>(&timer_)))
       uv_close(reinterpret_cast<uv_handle_t*>(&timer_),
-               [](uv_handle_t* h) { delete static_cast<StaticJob*>(h->data); });
+               [](uv_handle_t* h) { delete static_cast<DeferredJob*>(h->data); });
   }
-  std::optional<std::string> secret_;
+  MintOutcome out_;
   uv_timer_t timer_;
 };
+
+MintOutcome static_outcome(const Rule& rule, const std::optional<std::string>& secret) {
+  if (!secret || secret->empty())
+    return failure(rule.secret_name() + " is not set in the host env file");
+  MintOutcome out;
+  out.ok = true;
+  out.value = *secret;
+  out.ttl_s = rule.ttl_s;
+  return out;
+}
 
 // Command: a child process (argv, no shell) that prints {"value", "ttl"}.
 class CommandJob final : public MintJob {
@@ -594,7 +598,10 @@ void CredentialStore::update(const Rules& rules,
 }
 
 CredentialStore::Lookup CredentialStore::lookup(const Rule& rule) {
-  Entry& e = entry_for(rule);
+  // Entries are re-keyed by update() on every policy and host env change, so
+  // the request path needs no hashing: find the rule's entry by id.
+  auto it = entries_.find(rule.id);
+  Entry& e = it != entries_.end() ? it->second : entry_for(rule);
   uint64_t now = uv_now(opts_.loop);
   Lookup l;
   if (now < e.failed_until_ms) {
@@ -609,7 +616,8 @@ CredentialStore::Lookup CredentialStore::lookup(const Rule& rule) {
 }
 
 uint64_t CredentialStore::wait(const Rule& rule, Done done, bool force) {
-  Entry& e = entry_for(rule);
+  auto it = entries_.find(rule.id);
+  Entry& e = it != entries_.end() ? it->second : entry_for(rule);
   if (force) {
     e.value.assign(e.value.size(), '\0');
     e.value.clear();
@@ -653,44 +661,16 @@ void CredentialStore::start_mint(Entry& e) {
   uint64_t now = uv_now(opts_.loop);
   MintJob* job;
   if (now < e.failed_until_ms) {
-    // Report the remembered failure without running the minter again.
-    class Remembered final : public MintJob {
-     public:
-      Remembered(CredentialStore* s, const Rule& r, std::string key, uv_loop_t* loop, std::string why)
-          : MintJob(s, r, std::move(key)), why_(std::move(why)) {
-        uv_timer_init(loop, &t_);
-        t_.data = this;
-      }
-      void start() override {
-        uv_timer_start(&t_, [](uv_timer_t* t) {
-          auto* self = static_cast<Remembered*>(t->data);
-          MintOutcome o;
-          o.reason = self->why_;
-          o.ttl_s = -1;  // marks "remembered": the failure time is not renewed
-          self->report(o);
-          self->close();
-        }, 0, 0);
-      }
-      void cancel() override {
-        store_ = nullptr;
-        close();
-      }
-
-     private:
-      void close() {
-        if (!uv_is_closing(reinterpret_cast<uv_handle_t*>(&t_)))
-          uv_close(reinterpret_cast<uv_handle_t*>(&t_),
-                   [](uv_handle_t* h) { delete static_cast<Remembered*>(h->data); });
-      }
-      std::string why_;
-      uv_timer_t t_;
-    };
-    job = new Remembered(this, e.rule, e.key, opts_.loop, e.failure);
+    // Report the remembered failure without running the minter again; ttl -1
+    // marks it so its memory is not renewed.
+    MintOutcome remembered = failure(e.failure);
+    remembered.ttl_s = -1;
+    job = new DeferredJob(this, e.rule, e.key, opts_.loop, std::move(remembered));
   } else {
     switch (e.rule.kind) {
       case Kind::static_secret:
-        job = new StaticJob(this, e.rule, e.key, opts_.loop,
-                            opts_.host_env->get(e.rule.secret_name()));
+        job = new DeferredJob(this, e.rule, e.key, opts_.loop,
+                              static_outcome(e.rule, opts_.host_env->get(e.rule.secret_name())));
         break;
       case Kind::command:
         job = new CommandJob(this, e.rule, e.key, opts_.loop, minter_env(e.rule),

@@ -15,7 +15,7 @@ namespace {
 // One admin request: read a head, answer, close. Frees itself when closed.
 class AdminConn final : public StreamHandler {
  public:
-  AdminConn(Server& srv, uv_loop_t* loop) : srv_(srv), stream_(loop, this), scan_(limits_) {}
+  AdminConn(Server& srv, uv_loop_t* loop) : srv_(srv), stream_(loop, this), reader_(limits_) {}
 
   void start(uv_stream_t* listener) {
     if (stream_.accept_from(listener) != 0) {
@@ -29,19 +29,16 @@ class AdminConn final : public StreamHandler {
     if (answered_) return;
     size_t used = 0;
     http::ParseError err;
-    auto st = scan_.scan(std::string_view(p, n), &used, &err);
-    if (st == http::HeadScanner::Status::need_more) {
-      buf_.append(p, n);
-      return;
-    }
+    std::string_view text;
+    auto st = reader_.feed(std::string_view(p, n), &used, &text, &err);
+    if (st == http::HeadScanner::Status::need_more) return;
     if (st == http::HeadScanner::Status::error) {
       reply(err.status, err.reason + "\n", "text/plain");
       return;
     }
-    buf_.append(p, used);
     http::Parser parser(HTTP_REQUEST, limits_);
     http::Head head;
-    if (!parser.parse_head(buf_, &head, &err)) {
+    if (!parser.parse_head(text, &head, &err)) {
       reply(err.status, err.reason + "\n", "text/plain");
       return;
     }
@@ -79,8 +76,7 @@ class AdminConn final : public StreamHandler {
   Server& srv_;
   http::Limits limits_;
   Stream stream_;
-  http::HeadScanner scan_;
-  std::string buf_;
+  http::HeadReader reader_;
   bool answered_ = false;
 };
 

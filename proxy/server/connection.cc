@@ -90,9 +90,9 @@ Connection::Connection(Server& srv, uint64_t id)
     : srv_(srv),
       id_(id),
       client_(srv.loop(), this),
-      req_scan_(req_limits()),
+      req_reader_(req_limits()),
       req_parser_(HTTP_REQUEST, req_limits()),
-      resp_scan_(resp_limits()),
+      resp_reader_(resp_limits()),
       resp_parser_(HTTP_RESPONSE, resp_limits()) {
   uv_timer_init(srv.loop(), &timer_);
   timer_.data = this;
@@ -297,23 +297,14 @@ void Connection::process_client(const ChunkRef& c, const char* p, size_t n) {
       }
       size_t used = 0;
       http::ParseError err;
-      auto st = req_scan_.scan(std::string_view(p, n), &used, &err);
+      std::string_view head;  // in place (`c` holds it for this call) or in the reader
+      auto st = req_reader_.feed(std::string_view(p, n), &used, &head, &err);
       if (st == http::HeadScanner::Status::error) {
         begin_row("");
         answer_parse_error(err);
         return;
       }
-      if (st == http::HeadScanner::Status::need_more) {
-        head_buf_.append(p, n);
-        return;
-      }
-      std::string_view head;
-      if (head_buf_.empty()) {
-        head = std::string_view(p, used);  // in place: `c` holds the bytes for this call
-      } else {
-        head_buf_.append(p, used);
-        head = head_buf_;
-      }
+      if (st == http::HeadScanner::Status::need_more) return;
       p += used;
       n -= used;
       head_start_ms_ = 0;
@@ -719,8 +710,7 @@ void Connection::answer_proxy_auth(const std::string& key) {
     linger();
     return;
   }
-  head_buf_.clear();
-  req_scan_.reset();
+  req_reader_.reset();
   req_parser_.reset();
   req_ = Req::head;
   arm_timer();
@@ -766,8 +756,7 @@ void Connection::handle_connect() {
   in_connect_ = true;
   inner_kind_ = hp->port == 80 ? policy::Kind::cleartext : policy::Kind::https;
   req_parser_.reset();
-  req_scan_.reset();
-  head_buf_.clear();
+  req_reader_.reset();
   tunnel_start_wall_ = ex_.row.ts_ms;
   tunnel_start_ms_ = ex_.start_ms;
   client_.write("HTTP/1.1 200 Connection established\r\n\r\n");
@@ -907,10 +896,8 @@ void Connection::forward_request(const HostPort& dest, policy::Kind kind, std::s
   origin_->write(ex_.sent_head);
   resp_parser_.expect_response_to(req_head_.method_id);
   resp_ = Resp::head;
-  resp_scan_.reset();
-  resp_head_buf_.clear();
-  head_buf_.clear();
-  req_scan_.reset();
+  resp_reader_.reset();
+  req_reader_.reset();
   // req_head_'s views die with the head bytes: nothing reads them after here.
   if (req_parser_.message_complete() || ex_.upgrade) {
     on_request_complete();
@@ -946,22 +933,13 @@ void Connection::on_origin_bytes(const ChunkRef& c, const char* p, size_t n) {
     if (resp_ == Resp::head) {
       size_t used = 0;
       http::ParseError err;
-      auto st = resp_scan_.scan(std::string_view(p, n), &used, &err);
+      std::string_view head;
+      auto st = resp_reader_.feed(std::string_view(p, n), &used, &head, &err);
       if (st == http::HeadScanner::Status::error) {
         origin_failed(Errc::parse, "the origin's response head is malformed: " + err.reason);
         return;
       }
-      if (st == http::HeadScanner::Status::need_more) {
-        resp_head_buf_.append(p, n);
-        return;
-      }
-      std::string_view head;
-      if (resp_head_buf_.empty()) {
-        head = std::string_view(p, used);
-      } else {
-        resp_head_buf_.append(p, used);
-        head = resp_head_buf_;
-      }
+      if (st == http::HeadScanner::Status::need_more) return;
       p += used;
       n -= used;
       on_response_head(head);
@@ -1016,8 +994,7 @@ void Connection::on_response_head(std::string_view head) {
     client_.write(out);
     ex_.row.bytes_down += out.size();
     resp_parser_.next_message();
-    resp_scan_.reset();
-    resp_head_buf_.clear();
+    resp_reader_.reset();
     return;
   }
   ex_.sent_head.assign(ex_.sent_head.size(), '\0');  // it may hold a credential
@@ -1093,8 +1070,7 @@ void Connection::on_response_complete() {
   if (ex_.discard_response) {
     resp_ = Resp::none;
     resp_parser_.next_message();
-    resp_scan_.reset();
-    resp_head_buf_.clear();
+    resp_reader_.reset();
     ex_.row.error_body.clear();
     if (!ex_.origin_reuse) retire_origin();
     replay_after_401();
@@ -1105,8 +1081,7 @@ void Connection::on_response_complete() {
   write_exchange_row();
   resp_ = Resp::none;
   resp_parser_.next_message();
-  resp_scan_.reset();
-  resp_head_buf_.clear();
+  resp_reader_.reset();
   if (!ex_.origin_reuse || req_ != Req::done) retire_origin();
   if (req_ != Req::done) {
     // The origin answered before the request body was complete: the rest of
@@ -1230,7 +1205,7 @@ bool Connection::retry_on_fresh_origin() {
   // A kept-alive origin may close just as a request goes out. Retry once on
   // a new connection when nothing came back and nothing of a body was sent.
   if (!ex_.reused_origin || ex_.retried || ex_.body_sent || ex_.sent_head.empty() ||
-      resp_head_buf_.size() > 0)
+      resp_reader_.started())
     return false;
   ex_.retried = true;
   std::string head;
@@ -1240,8 +1215,7 @@ bool Connection::retry_on_fresh_origin() {
   origin_fresh_ = false;
   ex_.sent_head = head;
   origin_->write(head);
-  resp_scan_.reset();
-  resp_head_buf_.clear();
+  resp_reader_.reset();
   return true;
 }
 
@@ -1314,8 +1288,7 @@ void Connection::answer(int status, std::string body, bool close_after, std::str
     return;
   }
   // Keep-alive after an answer: only when the request had no body left.
-  head_buf_.clear();
-  req_scan_.reset();
+  req_reader_.reset();
   req_parser_.next_message();
   req_ = Req::head;
   arm_timer();
@@ -1662,7 +1635,7 @@ void Connection::rejudge(int64_t now_ms) {
 
 void Connection::drain() {
   if (closing_) return;
-  if (mode_ == Mode::http && !ex_.active && req_ == Req::head && head_buf_.empty() &&
+  if (mode_ == Mode::http && !ex_.active && req_ == Req::head && !req_reader_.started() &&
       head_start_ms_ == 0) {
     close("draining");
     return;

@@ -189,7 +189,7 @@ class Connection final : public StreamHandler {
   bool proxy_auth_seen_ = false;
   uint64_t cred_ticket_ = 0;   // a credential this connection waits for
   std::string owned_head_;     // the head, kept across a credential wait or a 401 replay
-  std::string_view head_view_; // the head being handled (in a chunk or head_buf_)
+  std::string_view head_view_; // the head being handled (in a chunk or req_reader_)
   bool client_eof_ = false;
   bool origin_eof_ = false;
 
@@ -200,9 +200,8 @@ class Connection final : public StreamHandler {
   uint64_t st_seq_ = 0;
 
   // Request parsing.
-  http::HeadScanner req_scan_;
+  http::HeadReader req_reader_;
   http::Parser req_parser_;
-  std::string head_buf_;
   http::Head req_head_;
   std::vector<Slice> stash_;
   size_t stash_bytes_ = 0;
@@ -220,9 +219,8 @@ class Connection final : public StreamHandler {
   Errc early_failure_kind_ = Errc::connect;
 
   // Response parsing.
-  http::HeadScanner resp_scan_;
+  http::HeadReader resp_reader_;
   http::Parser resp_parser_;
-  std::string resp_head_buf_;
   http::Head resp_head_;
 
   // The exchange in flight.
