@@ -76,6 +76,13 @@ Result<std::shared_ptr<const Policy>> Policy::from_doc(cfg::Doc& doc, int64_t no
     }
   }
   if (auto since = root.timestamp_ms("observing_since")) p->observing_since_ms_ = *since;
+  if (auto a = root.string("attribution")) {
+    if (*a == "require") p->require_attribution_ = true;
+    else if (*a != "record")
+      root.error("attribution", fmt::format("'{}' is not an attribution policy: use \"record\" "
+                                            "(unattributed connections are logged) or \"require\" "
+                                            "(they are refused)", *a));
+  }
 
   auto add_list = [&](const char* key, PatternSet* set) {
     if (auto list = root.strings(key)) {

@@ -72,6 +72,10 @@ class Policy {
   // Credential injection, held dummies and overlaps (issue 3).
   const inject::Rules& rules() const { return rules_; }
 
+  // attribution = "require": connections without a valid forwarder stamp
+  // are refused (when the proxy has a stamp key). Default "record".
+  bool require_attribution() const { return require_attribution_; }
+
   Mode mode() const { return mode_; }
   int64_t learn_until_ms() const { return learn_until_ms_; }
   int64_t observing_since_ms() const { return observing_since_ms_; }
@@ -100,6 +104,7 @@ class Policy {
   std::vector<TimedGrant> timed_;  // grants with an expiry, checked in order
   PatternSet passthrough_;
   inject::Rules rules_;
+  bool require_attribution_ = false;
   size_t grants_ = 0;
   std::string failure_;
   std::vector<std::string> warnings_;

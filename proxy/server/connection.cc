@@ -395,6 +395,15 @@ void Connection::on_request_head(std::string_view head) {
     first_head_ = false;
     bind_stamp(req_head_);
   }
+  if (attribution_ == netlog::Attribution::unattributed && srv_.policy().require_attribution()) {
+    ++srv_.metrics().refused_unattributed;
+    answer(403,
+           "refused by the foldyard proxy - this connection carries no valid stamp from the "
+           "forwarder, and the policy requires one (attribution = \"require\"): send it through "
+           "fy-forwarder\n",
+           true);
+    return;
+  }
   if (!in_connect_) note_build_claim();
 
   if (!in_connect_ && req_head_.method_id == HTTP_CONNECT) {
@@ -1597,7 +1606,9 @@ void Connection::rejudge(int64_t now_ms) {
   if (closing_) return;
   const policy::Policy& pol = srv_.policy();
   const char* why = nullptr;
-  if (in_connect_) {
+  if (attribution_ == netlog::Attribution::unattributed && pol.require_attribution()) {
+    why = "the policy now requires a forwarder stamp and this connection has none";
+  } else if (in_connect_) {
     auto v = pol.judge({connect_dest_.host, connect_dest_.port, policy::Kind::connect, build_},
                        now_ms);
     if (v == policy::Verdict::block) {

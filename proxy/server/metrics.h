@@ -47,6 +47,7 @@ struct Metrics {
   uint64_t stamps_invalid = 0;
   uint64_t stamps_replayed = 0;
   uint64_t unattributed = 0;
+  uint64_t refused_unattributed = 0;  // attribution = "require"
 };
 
 }  // namespace fy::proxy

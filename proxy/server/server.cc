@@ -508,6 +508,8 @@ std::string Server::render_metrics() const {
   counter("fy_stamps_invalid_total", "Stamps refused (bad MAC or form).", m.stamps_invalid);
   counter("fy_stamps_replayed_total", "Stamps refused as replays.", m.stamps_replayed);
   counter("fy_unattributed_total", "Connections recorded as unattributed.", m.unattributed);
+  counter("fy_refused_unattributed_total", "Requests refused for lack of a stamp (require).",
+          m.refused_unattributed);
   gauge("fy_buffer_chunks_live", "16 KiB buffer chunks in use.", ChunkPool::live());
   return out;
 }
