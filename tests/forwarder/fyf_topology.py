@@ -2,17 +2,17 @@
 
 The shape of a walled Lima VM with rootless podman (ADR-0034), on one machine:
 
-    fyf-<tag>-c<i>   "containers": eth0 10.89.<n>.<10+i>/24, default via the bridge
+    fyf-<tag>-<pid>-c<i>  "containers": eth0 10.89.<n>.<10+i>/24, default via the bridge
           |  veth
-    fyf-<tag>-rl     "rootless" bridge namespace: bridges podman1 (10.89.0.1/24),
+    fyf-<tag>-<pid>-rl    "rootless" bridge namespace: bridges podman1 (10.89.0.1/24),
                      podman2 (10.89.1.1/24), ...; an nft redirect sends
                      <gateway>:<daemon ports> to the local listener, keeping the
                      port (fy-wall's job in the real VM); fy-forwarder's bridge
                      listener lives here. No route out: the forwarder is the only
                      way to the proxy.
-    fyf-<tag>-vm     the VM's own namespace: eth0 192.168.5.15/24; fy-forwarder runs
+    fyf-<tag>-<pid>-vm    the VM's own namespace: eth0 192.168.5.15/24; fy-forwarder runs
           |  veth    here and dials the proxy from here
-    fyf-<tag>-host   "host": eth0 192.168.5.2/24 (the gateway the VM sees), where the
+    fyf-<tag>-<pid>-host  "host": eth0 192.168.5.2/24 (the gateway the VM sees), where the
                      proxy listens; the origin is 198.51.100.80 on lo
 
 Use it as a context manager; it tears everything down whatever happens:
@@ -24,12 +24,13 @@ Use it as a context manager; it tears everything down whatever happens:
 
 Every name starts with "fyf-" (namespaces, cgroups, files); nothing outside
 namespaces this module made is touched, except cgroups under
-/sys/fs/cgroup/unified/fyf-<tag> (the VM-namespace tests) and files in the
+/sys/fs/cgroup/unified/fyf-<tag>-<pid> (the VM-namespace tests) and files in the
 topology's own temporary directory.
 """
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -73,19 +74,50 @@ def _die_with_parent():
     ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
 
 
-def kill_leftovers(tag):
-    """Kills processes a killed earlier run with this tag left behind (their
-    arguments name the run's /tmp/fyf-<tag>-* directory)."""
-    needle = ("/tmp/fyf-%s-" % tag).encode()
+def _alive(pid):
+    """True for a running process; a zombie (killed, not yet reaped) is dead."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def clean_leftovers(tag):
+    """Removes what an earlier run with this tag left behind when it was killed:
+    every name carries its runner's pid (fyf-<tag>-<pid>-...), and only runs whose
+    pid is gone are cleaned, so concurrent runs of the same test (a CI clone and
+    a developer, say) never touch each other."""
+    pat = re.compile(r"fyf-%s-(\d+)-" % re.escape(tag))
     for pid in os.listdir("/proc"):
         if not pid.isdigit() or int(pid) == os.getpid():
             continue
         try:
             with open("/proc/%s/cmdline" % pid, "rb") as f:
-                if needle in f.read():
-                    os.kill(int(pid), signal.SIGKILL)
+                m = pat.search(f.read().decode("latin-1"))
         except OSError:
-            pass
+            continue
+        if m and not _alive(int(m.group(1))):
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except OSError:
+                pass
+    r = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=30)
+    for line in r.stdout.splitlines():
+        name = line.split()[0] if line.strip() else ""
+        m = pat.match(name + "-")
+        if m and not _alive(int(m.group(1))):
+            subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=30)
+    base = "/sys/fs/cgroup/unified"
+    try:
+        for name in os.listdir(base):
+            m = pat.match(name + "-")
+            if m and not _alive(int(m.group(1))):
+                for root, dirs, _ in sorted(os.walk(os.path.join(base, name)),
+                                            key=lambda w: -len(w[0])):
+                    Topology._rmdir_cgroup(root)
+    except OSError:
+        pass
 
 
 class Proc:
@@ -132,20 +164,23 @@ class Topology:
         if len(tag) > 6:
             raise ValueError("tag must be at most 6 characters (interface name limits)")
         self.tag = tag
+        # Global names carry the runner's pid: concurrent runs never collide.
+        # (Interface names need not: each is made directly in its own namespace.)
+        self.name = "fyf-%s-%d" % (tag, os.getpid())
         self.nets = []       # [(bridge name, subnet index)]
         self.containers = []  # [(ns name, ip, bridge)]
         for n, (bridge, count) in enumerate(containers):
             self.nets.append((bridge, n))
             for i in range(count):
-                self.containers.append(("fyf-%s-c%d" % (tag, len(self.containers)),
+                self.containers.append(("%s-c%d" % (self.name, len(self.containers)),
                                         "10.89.%d.%d" % (n, 10 + i), bridge))
         self.route_direct = route_direct
         self.redirect = redirect
         self.ports = list(ports)
-        self.host = "fyf-%s-host" % tag
-        self.vm = "fyf-%s-vm" % tag
-        self.rl = "fyf-%s-rl" % tag
-        self.dir = tempfile.mkdtemp(prefix="fyf-%s-" % tag)
+        self.host = self.name + "-host"
+        self.vm = self.name + "-vm"
+        self.rl = self.name + "-rl"
+        self.dir = tempfile.mkdtemp(prefix=self.name + "-")
         self.keep_dir = keep_dir
         self.procs = []
         self.cgroups = []
@@ -154,7 +189,7 @@ class Topology:
 
     def __enter__(self):
         try:
-            kill_leftovers(self.tag)  # leftovers of an earlier, killed run
+            clean_leftovers(self.tag)  # what an earlier, killed run left behind
             self.teardown(quiet=True)
             self._build()
         except BaseException:
@@ -398,8 +433,8 @@ class Topology:
     # -- cgroups (VM-namespace attribution) -------------------------------------------------
 
     def cgroup(self, *parts):
-        """Makes /sys/fs/cgroup/unified/fyf-<tag>/<parts...>; removed at exit."""
-        base = os.path.join("/sys/fs/cgroup/unified", "fyf-" + self.tag)
+        """Makes /sys/fs/cgroup/unified/fyf-<tag>-<pid>/<parts...>; removed at exit."""
+        base = os.path.join("/sys/fs/cgroup/unified", self.name)
         path = base
         for part in ("",) + parts:
             path = os.path.join(path, part) if part else path

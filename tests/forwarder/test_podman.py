@@ -102,7 +102,7 @@ class Podman(unittest.TestCase):
             marker = t.path("hook-ran")
             hooks = hook_dir(t.dir, "hooks", sock, 5000, marker)
 
-            r = self.podman_run(rig, hooks, "fyf-pod-c1",
+            r = self.podman_run(rig, hooks, t.name + "-c1",
                                 "ip -4 -o addr show eth0; wget -q -O - http://%s/podman-1" %
                                 ORIGIN)
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
@@ -123,7 +123,7 @@ class Podman(unittest.TestCase):
             # With the forwarder gone, the hook refuses the start, and says why.
             rig.fwd.stop()
             hooks2 = hook_dir(t.dir, "hooks-short", sock, 1000, marker)
-            r = self.podman_run(rig, hooks2, "fyf-pod-c2", "echo started")
+            r = self.podman_run(rig, hooks2, t.name + "-c2", "echo started")
             self.assertNotEqual(r.returncode, 0, r.stdout)
             self.assertNotIn("started", r.stdout)
             self.assertIn("error executing hook", r.stderr)
