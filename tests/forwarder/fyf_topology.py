@@ -108,6 +108,11 @@ def clean_leftovers(tag):
         m = pat.match(name + "-")
         if m and not _alive(int(m.group(1))):
             subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=30)
+    tmp = tempfile.gettempdir()
+    for name in os.listdir(tmp):
+        m = pat.match(name)
+        if m and not _alive(int(m.group(1))):
+            shutil.rmtree(os.path.join(tmp, name), ignore_errors=True)
     base = "/sys/fs/cgroup/unified"
     try:
         for name in os.listdir(base):
