@@ -148,7 +148,8 @@ void Connection::on_eof(Stream& s) {
       case Mode::hello:
       case Mode::handshake: close("client closed before the tunnel was set up"); return;
       case Mode::http:
-        if (ex_.active && req_ == Req::done && !ex_.response_started) {
+        if (ex_.active && !ex_.response_started &&
+            (req_ == Req::done || (req_ == Req::wait && req_parser_.message_complete()))) {
           // A half-closed client still reads the response.
           ex_.close_after = true;
           return;
