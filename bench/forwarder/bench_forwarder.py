@@ -215,9 +215,9 @@ http {{
 
     s = summary
     rows = [
-        ("small request, p50", "%.3f ms", "small_p50_ms", "+%.3f ms" % added_p50,
+        ("small request, p50", "%.3f ms", "small_p50_ms", "%+.3f ms" % added_p50,
          "<= +0.05 ms", added_p50 <= 0.05),
-        ("small request, p99", "%.3f ms", "small_p99_ms", "+%.3f ms" % added_p99,
+        ("small request, p99", "%.3f ms", "small_p99_ms", "%+.3f ms" % added_p99,
          "<= +0.2 ms", added_p99 <= 0.2),
         ("CONNECT + TLS, p50", "%.2f ms", "tls1_p50_ms",
          "%+.3f ms" % (s["tls1_p50_ms"]["via"] - s["tls1_p50_ms"]["direct"]), "", None),
