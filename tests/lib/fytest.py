@@ -398,9 +398,9 @@ class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
 class Origin:
     """A recording HTTP/1.1 origin on loopback; TLS when cert/key are given."""
 
-    def __init__(self, cert=None, key=None, host="127.0.0.1"):
+    def __init__(self, cert=None, key=None, host="127.0.0.1", port=0):
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self.server = _Server((host, 0), _Handler, family)
+        self.server = _Server((host, port), _Handler, family)
         self.server.origin = self
         if cert:
             ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -618,3 +618,33 @@ def http_status(resp):
     line = resp.split(b"\r\n", 1)[0]
     parts = line.split(b" ")
     return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
+
+
+def _main():
+    """Runs an origin as its own process (e.g. inside a test's network namespace):
+        python3 fytest.py origin --host 198.51.100.80 --port 443 [--cert C --key K] [--log FILE]
+    With --log, every request is appended as one JSON line (method, path, headers)."""
+    import argparse
+    ap = argparse.ArgumentParser()
+    ap.add_argument("what", choices=["origin"])
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--cert")
+    ap.add_argument("--key")
+    ap.add_argument("--log")
+    a = ap.parse_args()
+    o = Origin(a.cert, a.key, host=a.host, port=a.port)
+    if a.log:
+        lock = threading.Lock()
+
+        def record(req, _o=o):
+            with lock, open(a.log, "a") as f:
+                f.write(json.dumps({"method": req["method"], "path": req["path"],
+                                    "headers": req["headers"]}) + "\n")
+        o.record = record
+    print(f"listening {a.host}:{o.port}", flush=True)
+    o.server.serve_forever()
+
+
+if __name__ == "__main__":
+    _main()
