@@ -336,6 +336,9 @@ void Connection::process_client(const ChunkRef& c, const char* p, size_t n) {
     if (req_parser_.message_complete()) on_request_complete();
     if (origin_ && origin_->above_high()) pause_client(kPeerFull);
   }
+  // A CONNECT (or a lingering answer) changed the mode mid-read: the rest of
+  // these bytes belong to the tunnel (e.g. a ClientHello sent with the CONNECT).
+  if (n > 0 && !closing_ && mode_ != Mode::http) on_client_bytes(c, p, n);
 }
 
 void Connection::stash(const ChunkRef& c, const char* p, size_t n) {

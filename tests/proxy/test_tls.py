@@ -29,6 +29,53 @@ def connect_tunnel(proxy_port, authority, timeout=5):
     return s, head
 
 
+def early_data_exchange(proxy_port, authority, server_hostname, cafile, request):
+    """Sends CONNECT and the ClientHello in one write (a client that does not
+    wait for the 200), then completes TLS and one request; returns the answer."""
+    ctx = ssl.create_default_context(cafile=cafile)
+    inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ctx.wrap_bio(inc, out, server_hostname=server_hostname)
+    try:
+        tls.do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    s = socket.create_connection(("127.0.0.1", proxy_port), timeout=5)
+    s.sendall(f"CONNECT {authority} HTTP/1.1\r\n\r\n".encode() + out.read())
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        buf += s.recv(4096)
+    head, _, rest = buf.partition(b"\r\n\r\n")
+    assert b" 200 " in head, head
+    inc.write(rest)
+    while True:
+        try:
+            tls.do_handshake()
+            break
+        except ssl.SSLWantReadError:
+            s.sendall(out.read())
+            data = s.recv(65536)
+            if not data:
+                raise AssertionError("the tunnel closed during the handshake")
+            inc.write(data)
+    tls.write(request)
+    s.sendall(out.read())
+    answer = b""
+    while True:
+        try:
+            answer += tls.read(65536)
+            if b"\r\n\r\n" in answer and answer.endswith(b"}"):
+                break
+        except ssl.SSLWantReadError:
+            data = s.recv(65536)
+            if not data:
+                break
+            inc.write(data)
+        except ssl.SSLZeroReturnError:
+            break
+    s.close()
+    return answer
+
+
 class Https(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -161,6 +208,13 @@ class Https(unittest.TestCase):
         for o in (self.expired, self.wrongname, self.selfsigned):
             self.assertFalse(any(q["path"] == "/secret" for q in o.requests), "nothing reached the origin")
 
+    def test_a_clienthello_sent_with_the_connect_is_not_lost(self):
+        o = self.origin.port
+        answer = early_data_exchange(self.proxy.port, f"secure.test:{o}", "secure.test", self.proxy.ca,
+                                     f"GET /early HTTP/1.1\r\nHost: secure.test:{o}\r\n\r\n".encode())
+        self.assertIn(b"200 OK", answer)
+        self.assertIn(b'"/early"', answer)
+
     def test_a_host_header_naming_another_host_inside_the_tunnel_is_refused(self):
         r = curl(self.url + "/claim", "-H", "Host: other.test", proxy=self.proxy.url, cacert=self.proxy.ca)
         self.assertIn(b"names a different host", r.stdout)
@@ -228,6 +282,12 @@ class Passthrough(unittest.TestCase):
         # With only the proxy's CA the client fails: nothing was decrypted.
         r = curl(f"https://secure.test:{o}/blind2", proxy=self.proxy.url, cacert=self.proxy.ca)
         self.assertNotEqual(r.returncode, 0)
+
+    def test_a_passthrough_clienthello_sent_with_the_connect_is_relayed(self):
+        o = self.origin.port
+        answer = early_data_exchange(self.proxy.port, f"secure.test:{o}", "secure.test", self.ca.cert_path,
+                                     f"GET /early-pt HTTP/1.1\r\nHost: secure.test:{o}\r\n\r\n".encode())
+        self.assertIn(b'"/early-pt"', answer)
 
     def test_an_sni_that_disagrees_with_the_target_is_decrypted_not_tunnelled(self):
         o = self.origin.port
