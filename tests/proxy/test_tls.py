@@ -248,15 +248,16 @@ class Passthrough(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="fypass-")
         cls.ca = TestCA(cls.tmp)
-        cert, key = cls.ca.issue(["secure.test", "pt.example.test", "sni-other.test"])
+        cert, key = cls.ca.issue(["secure.test", "pt.example.test", "sni-other.test", "early.example.test"])
         cls.origin = Origin(cert, key).__enter__()
         o = cls.origin.port
         cls.policy = (
             'mode = "enforce"\n'
-            f'allow = ["secure.test:{o}", "pt.example.test:{o}"]\n'
+            f'allow = ["secure.test:{o}", "pt.example.test:{o}", "early.example.test:{o}"]\n'
             'passthrough = ["secure.test", "*.example.test", "@node"]\n'
         )
-        cls.proxy = Proxy(cls.policy, resolve=[("secure.test", "127.0.0.1"), ("pt.example.test", "127.0.0.1")],
+        cls.proxy = Proxy(cls.policy, resolve=[("secure.test", "127.0.0.1"), ("pt.example.test", "127.0.0.1"),
+                                               ("early.example.test", "127.0.0.1")],
                           upstream_ca=cls.ca.cert_path).__enter__()
 
     @classmethod
@@ -285,8 +286,9 @@ class Passthrough(unittest.TestCase):
 
     def test_a_passthrough_clienthello_sent_with_the_connect_is_relayed(self):
         o = self.origin.port
-        answer = early_data_exchange(self.proxy.port, f"secure.test:{o}", "secure.test", self.ca.cert_path,
-                                     f"GET /early-pt HTTP/1.1\r\nHost: secure.test:{o}\r\n\r\n".encode())
+        answer = early_data_exchange(self.proxy.port, f"early.example.test:{o}", "early.example.test",
+                                     self.ca.cert_path,
+                                     f"GET /early-pt HTTP/1.1\r\nHost: early.example.test:{o}\r\n\r\n".encode())
         self.assertIn(b'"/early-pt"', answer)
 
     def test_an_sni_that_disagrees_with_the_target_is_decrypted_not_tunnelled(self):
