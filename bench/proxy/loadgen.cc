@@ -18,7 +18,7 @@
 // plain modes, and tls mode tunnels with `CONNECT authority` first.
 //
 // Prints one JSON object on stdout (see print_json). Exit 0 when it ran (errors
-// are counted in the JSON, not fatal), 2 on bad flags.
+// are counted in the JSON, not fatal), 1 when epoll failed, 2 on bad flags.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <llhttp.h>
@@ -53,7 +53,8 @@
 namespace fy::bench {
 namespace {
 
-constexpr const char* kUsage = R"(fy-loadgen — closed-loop HTTP/1.1 load for the proxy benchmark (bench/proxy)
+constexpr const char* kUsage =
+    R"(fy-loadgen — closed-loop HTTP/1.1 load for the proxy benchmark (bench/proxy)
 
 usage: fy-loadgen --connect IP:PORT --authority HOST:PORT [options]
 
@@ -69,10 +70,13 @@ usage: fy-loadgen --connect IP:PORT --authority HOST:PORT [options]
   --ca FILE              PEM roots that verify the TLS server (tls mode; required there)
   --sni NAME             name sent and verified in TLS (default: the host of --authority)
   --expect-bytes N       count a response whose body is not N bytes as an error
+  --spread-sources N     bind new connections to 127.0.0.2 .. 127.0.0.(N+1) in turn (IPv4
+                         loopback targets; default 0: the kernel picks 127.0.0.1)
   --help
 
 Output: one JSON object on stdout: ok, errors (by kind), seconds, rps, p50_us, p99_us,
-max_us, body_bytes, client_cpu_us. Exit codes: 0 ran, 2 bad flags or setup.
+max_us, body_bytes, client_cpu_us. Exit codes: 0 ran (failed requests are counted, not
+fatal), 1 the event loop failed, 2 bad flags or setup.
 )";
 
 enum class Mode { keepalive, newconn, tls };
@@ -92,6 +96,7 @@ struct Options {
   std::string ca_file;
   std::string sni;
   int64_t expect_bytes = -1;
+  int spread_sources = 0;
 };
 
 [[noreturn]] void usage_error(const std::string& msg) {
@@ -120,7 +125,12 @@ Options parse_args(int argc, char** argv) {
       o.proxy = true;
       continue;
     }
-    if (i + 1 >= argc) usage_error(fmt::format("{} needs a value (or is unknown)", a));
+    static constexpr std::string_view kWithValue[] = {
+        "--connect",  "--authority", "--mode", "--path", "--concurrency",  "--duration",
+        "--requests", "--timeout",   "--ca",   "--sni",  "--expect-bytes", "--spread-sources"};
+    if (std::find(std::begin(kWithValue), std::end(kWithValue), a) == std::end(kWithValue))
+      usage_error(fmt::format("unknown flag '{}'", a));
+    if (i + 1 >= argc) usage_error(fmt::format("{} needs a value", a));
     const char* v = argv[++i];
     if (a == "--connect") {
       connect = v;
@@ -128,10 +138,14 @@ Options parse_args(int argc, char** argv) {
       o.authority = v;
     } else if (a == "--mode") {
       std::string_view m = v;
-      if (m == "keepalive") o.mode = Mode::keepalive;
-      else if (m == "newconn") o.mode = Mode::newconn;
-      else if (m == "tls") o.mode = Mode::tls;
-      else usage_error(fmt::format("--mode is keepalive, newconn or tls, not '{}'", m));
+      if (m == "keepalive")
+        o.mode = Mode::keepalive;
+      else if (m == "newconn")
+        o.mode = Mode::newconn;
+      else if (m == "tls")
+        o.mode = Mode::tls;
+      else
+        usage_error(fmt::format("--mode is keepalive, newconn or tls, not '{}'", m));
     } else if (a == "--path") {
       o.path = v;
       if (o.path.empty() || o.path[0] != '/') usage_error("--path must start with '/'");
@@ -149,8 +163,8 @@ Options parse_args(int argc, char** argv) {
       o.sni = v;
     } else if (a == "--expect-bytes") {
       o.expect_bytes = static_cast<int64_t>(parse_double(a, v, 0, 1e15));
-    } else {
-      usage_error(fmt::format("unknown flag '{}'", a));
+    } else if (a == "--spread-sources") {
+      o.spread_sources = static_cast<int>(parse_double(a, v, 0, 250));
     }
   }
   if (connect.empty()) usage_error("--connect IP:PORT is required");
@@ -163,23 +177,33 @@ Options parse_args(int argc, char** argv) {
   o.host = auth->host;
   if (o.sni.empty()) o.sni = o.host;
   if (o.mode == Mode::tls && o.ca_file.empty()) usage_error("--mode tls needs --ca FILE");
+  if (o.spread_sources > 0 && (o.addr.ss_family != AF_INET || hp->host.rfind("127.", 0) != 0))
+    usage_error("--spread-sources needs an IPv4 loopback --connect address");
   return o;
 }
 
-enum class State { idle, connecting, send_connect, read_connect, handshake, send_request, read_response };
+enum class State {
+  idle,
+  connecting,
+  send_connect,
+  read_connect,
+  handshake,
+  send_request,
+  read_response
+};
 
 struct Conn {
   int fd = -1;
   State state = State::idle;
   bssl::UniquePtr<SSL> ssl;
   llhttp_t parser{};
-  size_t out_off = 0;           // bytes of the current request (or CONNECT) written
-  std::string connect_head;     // the proxy's answer to CONNECT, accumulated
-  uint64_t t0_us = 0;           // when this request (and its connection, if new) started
+  size_t out_off = 0;        // bytes of the current request (or CONNECT) written
+  std::string connect_head;  // the proxy's answer to CONNECT, accumulated
+  uint64_t t0_us = 0;        // when this request (and its connection, if new) started
   uint64_t body_bytes = 0;
-  bool complete = false;        // llhttp saw the end of the response
-  bool server_keeps = true;     // the response allows another request on this connection
-  uint64_t restart_at_us = 0;   // when parked for a (re)start: not before this time
+  bool complete = false;       // llhttp saw the end of the response
+  bool server_keeps = true;    // the response allows another request on this connection
+  uint64_t restart_at_us = 0;  // when parked for a (re)start: not before this time
   bool parked = false;
 };
 
@@ -192,7 +216,8 @@ class LoadGen {
     ep_ = epoll_create1(EPOLL_CLOEXEC);
     if (ep_ < 0) return setup_error("epoll_create1", errno);
     if (opt_.proxy && opt_.mode != Mode::tls) {
-      request_ = fmt::format("GET http://{0}{1} HTTP/1.1\r\nHost: {0}\r\n", opt_.authority, opt_.path);
+      request_ =
+          fmt::format("GET http://{0}{1} HTTP/1.1\r\nHost: {0}\r\n", opt_.authority, opt_.path);
     } else {
       request_ = fmt::format("GET {1} HTTP/1.1\r\nHost: {0}\r\n", opt_.authority, opt_.path);
     }
@@ -280,7 +305,8 @@ class LoadGen {
     if (!ctx_) return false;
     SSL_CTX_set_min_proto_version(ctx_.get(), TLS1_2_VERSION);
     if (SSL_CTX_load_verify_locations(ctx_.get(), opt_.ca_file.c_str(), nullptr) != 1) {
-      fmt::print(stderr, "fy-loadgen: cannot load the CA bundle {}: check the path and that it is PEM\n",
+      fmt::print(stderr,
+                 "fy-loadgen: cannot load the CA bundle {}: check the path and that it is PEM\n",
                  opt_.ca_file);
       return false;
     }
@@ -353,6 +379,7 @@ class LoadGen {
     if (c.fd < 0) return fail(c, "socket");
     int one = 1;
     setsockopt(c.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (opt_.spread_sources > 0 && !bind_source(c.fd)) return fail(c, "bind");
     int rc = ::connect(c.fd, reinterpret_cast<const sockaddr*>(&opt_.addr), opt_.addr_len);
     if (rc < 0 && errno != EINPROGRESS) return fail(c, "connect");
     epoll_event ev{};
@@ -360,6 +387,22 @@ class LoadGen {
     ev.data.u32 = static_cast<uint32_t>(&c - conns_.data());
     if (epoll_ctl(ep_, EPOLL_CTL_ADD, c.fd, &ev) < 0) return fail(c, "epoll");
     if (rc == 0) drive(c, EPOLLOUT);
+  }
+
+  // One source address per new connection, in turn. Closing first leaves the
+  // client's side in TIME_WAIT; at thousands of connections a second to one
+  // origin port, the kernel's search for a free ephemeral port (a walk over
+  // TIME_WAIT entries) then costs more than the rest of the request. Several
+  // source addresses give each its own port space. The port is still chosen at
+  // connect() (IP_BIND_ADDRESS_NO_PORT).
+  bool bind_source(int fd) {
+    int one = 1;
+    setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
+    sockaddr_in src{};
+    src.sin_family = AF_INET;
+    src.sin_addr.s_addr = htonl(0x7f000002u + static_cast<uint32_t>(next_source_));
+    next_source_ = (next_source_ + 1) % opt_.spread_sources;
+    return ::bind(fd, reinterpret_cast<const sockaddr*>(&src), sizeof src) == 0;
   }
 
   void close_conn(Conn& c) {
@@ -587,6 +630,7 @@ class LoadGen {
   std::vector<Conn> conns_;
   int active_ = 0;  // connections with a request in progress
   int parked_ = 0;  // connections waiting to start their next request
+  int next_source_ = 0;
   uint64_t start_us_ = 0, end_us_ = 0, stop_us_ = 0, last_done_us_ = 0, timeout_us_ = 0;
   uint64_t started_ = 0, ok_ = 0, body_bytes_ = 0;
   std::map<std::string, uint64_t> errors_;
