@@ -5,10 +5,12 @@
 #include <openssl/x509.h>
 
 #include <cassert>
+#include <vector>
 
 #include "core/loop.h"
 #include "core/net.h"
 #include "proxy/tls/context.h"
+#include "proxy/tls/session_cache.h"
 
 namespace fy::proxy {
 namespace {
@@ -23,7 +25,26 @@ Errc classify(int uv_err) {
   }
 }
 
+// While a read callback runs, writes only queue; the streams written to are
+// flushed once when the outermost read callback returns, so a response head
+// and the body bytes that came with it leave in one writev. A Stream is freed
+// only after its close callback, which never runs inside a read callback, so
+// the list never holds a dangling pointer.
+int g_read_depth = 0;
+std::vector<Stream*> g_deferred;
+
 }  // namespace
+
+void Stream::flush_deferred() {
+  while (!g_deferred.empty()) {
+    std::vector<Stream*> batch;
+    batch.swap(g_deferred);
+    for (Stream* s : batch) {
+      s->flush_deferred_ = false;
+      s->flush();
+    }
+  }
+}
 
 Stream::Stream(uv_loop_t* loop, StreamHandler* handler) : handler_(handler) {
   uv_tcp_init(loop, &tcp_);
@@ -54,7 +75,8 @@ std::string Stream::peer_address() const {
   return sockaddr_string(reinterpret_cast<const sockaddr*>(&ss));
 }
 
-void Stream::set_tls_client(SSL_CTX* ctx, const std::string& verify_name) {
+void Stream::set_tls_client(SSL_CTX* ctx, const std::string& verify_name,
+                            tls::SessionCache* sessions, const std::string& session_key) {
   assert(!ssl_);
   ssl_ = SSL_new(ctx);
   rbio_ = BIO_new(BIO_s_mem());
@@ -68,6 +90,7 @@ void Stream::set_tls_client(SSL_CTX* ctx, const std::string& verify_name) {
     SSL_set_tlsext_host_name(ssl_, verify_name.c_str());
     X509_VERIFY_PARAM_set1_host(SSL_get0_param(ssl_), verify_name.c_str(), verify_name.size());
   }
+  if (sessions) sessions->prepare(ssl_, session_key);
 }
 
 int Stream::connect(const sockaddr* addr) {
@@ -137,6 +160,12 @@ void Stream::on_alloc(uv_handle_t* h, size_t, uv_buf_t* buf) {
 
 void Stream::on_read_cb(uv_stream_t* st, ssize_t nread, const uv_buf_t* buf) {
   auto* s = static_cast<Stream*>(st->data);
+  ++g_read_depth;
+  struct Done {
+    ~Done() {
+      if (--g_read_depth == 0) flush_deferred();
+    }
+  } done;
   if (nread > 0) {
     if (s->ssl_) {
       s->handle_tls_wire(buf->base, static_cast<size_t>(nread));
@@ -285,6 +314,13 @@ void Stream::write(std::string_view s) {
 
 void Stream::flush() {
   if (writing_ || closing_ || !connected_) return;
+  if (g_read_depth > 0) {
+    if (!flush_deferred_) {
+      flush_deferred_ = true;
+      g_deferred.push_back(this);
+    }
+    return;
+  }
   if (out_.empty()) {
     maybe_finish_shutdown();
     return;

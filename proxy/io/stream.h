@@ -26,6 +26,10 @@
 #include "core/buffer.h"
 #include "core/result.h"
 
+namespace fy::tls {
+class SessionCache;
+}
+
 namespace fy::proxy {
 
 class Stream;
@@ -64,8 +68,10 @@ class Stream {
   // Server side: accepts a pending connection of `server` into this stream.
   int accept_from(uv_stream_t* server);
   // Client side: TLS to the origin, verified for `verify_name` (a host name
-  // or IP literal); call before connect().
-  void set_tls_client(SSL_CTX* ctx, const std::string& verify_name);
+  // or IP literal); call before connect(). With `sessions`, a session for
+  // `session_key` is offered and a new one stored there.
+  void set_tls_client(SSL_CTX* ctx, const std::string& verify_name,
+                      tls::SessionCache* sessions = nullptr, const std::string& session_key = {});
   int connect(const sockaddr* addr);
   // Decrypting a client: TLS server with this certificate chain; `hello` is
   // the bytes already read (the ClientHello), fed to TLS first.
@@ -87,6 +93,8 @@ class Stream {
   void close_reset();
   // Detaches the handler and frees itself once closed.
   void close_and_delete();
+  // Hands the stream to another handler (the origin pool and back).
+  void set_handler(StreamHandler* h) { handler_ = h; }
 
   size_t queued() const { return out_.bytes(); }
   bool above_high() const { return out_.bytes() > kHighWater; }
@@ -121,6 +129,7 @@ class Stream {
   bool pump_tls();
   void take_tls_output();  // wbio -> out_
   void flush();
+  static void flush_deferred();  // see g_read_depth in stream.cc
   void fail(Errc kind, const std::string& detail);
   void deliver_eof();
   void maybe_finish_shutdown();
@@ -149,6 +158,7 @@ class Stream {
   bool connecting_ = false;
   bool connected_ = false;  // accepted, or connect() completed
   bool in_pump_ = false;
+  bool flush_deferred_ = false;  // on the list of streams to flush after the read callback
 
   // TLS over memory BIOs (owned by ssl_).
   SSL* ssl_ = nullptr;

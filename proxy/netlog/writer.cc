@@ -151,9 +151,12 @@ void Writer::rotate() {
 
 void Writer::flush() {
   if (buf_.empty()) return;
-  if (fd_ >= 0) {
+  uint64_t now = mono_ms();
+  if (fd_ >= 0 && now - last_link_check_ms_ >= 1000) {
     // Unlinked under us (the log or its directory removed): writing on would
     // lose every row without an error. Reopen, which recreates the path.
+    // Checked at most once a second: rows of that second go to the old file.
+    last_link_check_ms_ = now;
     struct stat st;
     if (::fstat(fd_, &st) == 0 && st.st_nlink == 0) {
       ::close(fd_);

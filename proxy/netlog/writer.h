@@ -39,6 +39,7 @@ class Writer {
   void append(const Row& row);
   void flush();
   bool has_pending() const { return !buf_.empty(); }
+  size_t pending_bytes() const { return buf_.size(); }
 
   const WriterStats& stats() const { return stats_; }
   const std::string& last_error() const { return last_error_; }
@@ -56,6 +57,7 @@ class Writer {
   uint64_t size_ = 0;
   std::string last_error_;
   uint64_t last_report_ms_ = 0;
+  uint64_t last_link_check_ms_ = 0;
 };
 
 }  // namespace fy::netlog

@@ -14,6 +14,7 @@
 #include "proxy/http/rewrite.h"
 #include "proxy/inject/build_tokens.h"
 #include "proxy/inject/redact.h"
+#include "proxy/server/origin_pool.h"
 #include "proxy/server/server.h"
 #include "proxy/tls/client_hello.h"
 
@@ -878,7 +879,9 @@ void Connection::forward_request(const HostPort& dest, policy::Kind kind, std::s
     dial(dest, tls);
     if (closing_) return;
   }
-  ex_.reused_origin = reuse && !origin_fresh_;
+  // Sent on a connection an earlier exchange (or another client, through the
+  // pool) used: if it turns out closed, the request may be retried once.
+  ex_.reused_origin = !origin_fresh_;
   origin_fresh_ = false;
 
   http::RequestOut out;
@@ -1118,7 +1121,21 @@ void Connection::on_response_complete() {
 }
 
 void Connection::dial(const HostPort& dest, bool tls) {
-  retire_origin();
+  retire_origin(/*reusable=*/true);
+  if (!tls) {
+    if (Stream* pooled = srv_.origin_pool().take(dest.authority(), this)) {
+      origin_ = pooled;
+      origin_dest_ = dest;
+      origin_tls_ = false;
+      origin_ready_ = true;
+      origin_eof_ = false;
+      origin_fresh_ = false;
+      origin_pause_ = 0;
+      origin_last_error_.clear();
+      dial_start_ms_ = 0;
+      return;
+    }
+  }
   origin_ = new Stream(srv_.loop(), this);
   origin_dest_ = dest;
   origin_tls_ = tls;
@@ -1129,7 +1146,7 @@ void Connection::dial(const HostPort& dest, bool tls) {
   addrs_.clear();
   next_addr_ = 0;
   origin_last_error_.clear();
-  if (tls) origin_->set_tls_client(srv_.client_ctx(), dest.host);
+  if (tls) origin_->set_tls_client(srv_.client_ctx(), dest.host, srv_.origin_sessions(), dest.authority());
   dial_start_ms_ = uv_now(srv_.loop());
   arm_timer();
 
@@ -1184,7 +1201,8 @@ void Connection::on_resolved(int status, addrinfo* res) {
 void Connection::connect_next() {
   if (!origin_) {
     origin_ = new Stream(srv_.loop(), this);
-    if (origin_tls_) origin_->set_tls_client(srv_.client_ctx(), origin_dest_.host);
+    if (origin_tls_) origin_->set_tls_client(srv_.client_ctx(), origin_dest_.host, srv_.origin_sessions(),
+                            origin_dest_.authority());
   }
   const sockaddr_storage& ss = addrs_[next_addr_++];
   int rc = origin_->connect(reinterpret_cast<const sockaddr*>(&ss));
@@ -1202,11 +1220,20 @@ void Connection::retire_origin_keep_addrs() {
   origin_ready_ = false;
 }
 
-void Connection::retire_origin() {
+void Connection::retire_origin(bool reusable) {
   if (dns_) {
     dns_->conn = nullptr;
     uv_cancel(reinterpret_cast<uv_req_t*>(&dns_->req));
     dns_ = nullptr;
+  }
+  // An idle, healthy cleartext origin connection goes to the pool for the
+  // next client; anything else is closed.
+  if (reusable && origin_ && origin_ready_ && !origin_tls_ && !origin_eof_ &&
+      !origin_->closing() && resp_ == Resp::none && origin_->queued() == 0 &&
+      mode_ != Mode::tunnel) {
+    srv_.origin_pool().put(origin_dest_.authority(), origin_);
+    origin_ = nullptr;
+    origin_ready_ = false;
   }
   retire_origin_keep_addrs();
   dial_start_ms_ = 0;
@@ -1669,10 +1696,7 @@ void Connection::close(std::string_view why) {
     uv_cancel(reinterpret_cast<uv_req_t*>(&dns_->req));
     dns_ = nullptr;
   }
-  if (origin_) {
-    origin_->close_and_delete();
-    origin_ = nullptr;
-  }
+  if (origin_) retire_origin(/*reusable=*/!ex_.active);
   if (cred_ticket_) {
     srv_.credentials().cancel(cred_ticket_);
     cred_ticket_ = 0;

@@ -116,7 +116,9 @@ class Connection final : public StreamHandler {
   void dial(const HostPort& dest, bool tls);
   void on_resolved(int status, struct addrinfo* res);
   void connect_next();
-  void retire_origin();
+  // Drops the origin connection: into the pool when `reusable` and it is
+  // idle, healthy and cleartext; closed otherwise.
+  void retire_origin(bool reusable = false);
   void retire_origin_keep_addrs();
   void origin_failed(Errc kind, const std::string& detail);
   // Answers the exchange in flight 502 (504 for a timeout) with `reason`.

@@ -15,6 +15,7 @@
 #include "core/loop.h"
 #include "proxy/server/admin.h"
 #include "proxy/server/connection.h"
+#include "proxy/server/origin_pool.h"
 #include "proxy/server/watch.h"
 #include "proxy/tls/context.h"
 
@@ -86,6 +87,8 @@ Result<void> Server::start() {
   auto cctx = tls::make_client_context(trust);
   if (!cctx) return std::move(cctx).take_error();
   client_ctx_ = std::move(*cctx);
+  origin_sessions_.attach(client_ctx_.get());
+  origin_pool_ = std::make_unique<OriginPool>(loop_);
 
   if (!config_.stamp_key_file.empty()) {
     auto key = read_key_file(config_.stamp_key_file);
@@ -148,7 +151,8 @@ Result<void> Server::start() {
 
   uv_timer_init(loop_, &policy_timer_);
   uv_timer_init(loop_, &drain_timer_);
-  policy_timer_.data = drain_timer_.data = this;
+  uv_timer_init(loop_, &netlog_timer_);
+  policy_timer_.data = drain_timer_.data = netlog_timer_.data = this;
 
   // Watch the policy, the host env file and the build tokens: each is
   // rewritten by the supervisor; a change is picked up without a signal.
@@ -239,6 +243,8 @@ void Server::reload(const char* why) {
 
 void Server::install_policy(std::shared_ptr<const policy::Policy> p, bool) {
   policy_ = std::move(p);
+  // Idle origin connections are judged afresh by whoever next needs one.
+  origin_pool_->clear();
   // Tokens of unchanged rules are kept; new rules are minted ahead.
   credentials_->update(policy_->rules(), policy_->rules().defaults);
   arm_policy_timer();
@@ -366,9 +372,22 @@ void Server::on_signal(uv_signal_t* h, int signum) {
 }
 
 void Server::on_prepare(uv_prepare_t* h) {
-  // Once per loop iteration: write the rows this iteration produced.
+  // Before the loop waits: write the rows when 64 KiB have gathered or the
+  // oldest has waited 50 ms (one write per batch, not one per iteration);
+  // the netlog timer covers a loop that goes idle with rows pending.
   auto* s = static_cast<Server*>(h->data);
-  if (s->netlog_->has_pending()) s->netlog_->flush();
+  if (!s->netlog_->has_pending()) return;
+  uint64_t now = uv_now(s->loop_);
+  if (s->netlog_->pending_bytes() >= 64 * 1024 || now - s->netlog_flushed_ms_ >= 50) {
+    s->netlog_->flush();
+    s->netlog_flushed_ms_ = now;
+  } else if (!uv_is_active(reinterpret_cast<uv_handle_t*>(&s->netlog_timer_))) {
+    uv_timer_start(&s->netlog_timer_, [](uv_timer_t* t) {
+      auto* srv = static_cast<Server*>(t->data);
+      srv->netlog_->flush();
+      srv->netlog_flushed_ms_ = uv_now(srv->loop_);
+    }, 50, 0);
+  }
 }
 
 void Server::begin_drain() {
@@ -380,6 +399,7 @@ void Server::begin_drain() {
     uv_close(reinterpret_cast<uv_handle_t*>(&listener_), nullptr);
     listening_ = false;
   }
+  origin_pool_->close();
   for (Connection* c = head_; c;) {
     Connection* next = c->next;
     c->drain();
@@ -422,6 +442,8 @@ void Server::close_handles() {
   close(&sigint_);
   close(&prepare_);
   close(&policy_timer_);
+  close(&netlog_timer_);
+  origin_pool_->close();
   for (auto* w : {policy_watch_.get(), host_env_watch_.get(), tokens_watch_.get()})
     if (w) w->close();
   credentials_->shutdown();
@@ -482,6 +504,12 @@ std::string Server::render_metrics() const {
           ca_->stats().hits);
   counter("fy_cert_minted_total", "Leaf certificates minted.", ca_->stats().minted);
   gauge("fy_cert_cache_entries", "Leaf certificates cached.", ca_->cached());
+  gauge("fy_origin_pool_idle", "Idle cleartext origin connections kept for reuse.",
+        origin_pool_->size());
+  counter("fy_origin_pool_reused_total", "Requests sent on a pooled origin connection.",
+          origin_pool_->reused());
+  counter("fy_tls_origin_resumptions_offered_total", "Sessions offered to origins for resumption.",
+          origin_sessions_.resumptions());
   counter("fy_policy_reloads_total", "Policy reloads that succeeded.", m.reloads);
   counter("fy_policy_reload_failures_total", "Policy loads that failed (failed closed).",
           m.reload_failures);

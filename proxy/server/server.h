@@ -20,12 +20,14 @@
 #include "proxy/policy/policy.h"
 #include "proxy/server/metrics.h"
 #include "proxy/tls/ca.h"
+#include "proxy/tls/session_cache.h"
 
 namespace fy::proxy {
 
 class Connection;
 class Admin;
 class FileWatch;
+class OriginPool;
 
 // At most one would_block row per key per 60 s; the map holds at most 4096
 // keys and starts over when a new observation window begins.
@@ -64,6 +66,8 @@ class Server {
   tls::CertAuthority& ca() { return *ca_; }
   SSL_CTX* server_ctx() const { return server_ctx_.get(); }
   SSL_CTX* client_ctx() const { return client_ctx_.get(); }
+  tls::SessionCache* origin_sessions() { return &origin_sessions_; }
+  OriginPool& origin_pool() { return *origin_pool_; }
   netlog::Writer& netlog() { return *netlog_; }
   Metrics& metrics() { return metrics_; }
   const std::string& stamp_key() const { return stamp_key_; }
@@ -111,6 +115,8 @@ class Server {
   std::unique_ptr<tls::CertAuthority> ca_;
   bssl::UniquePtr<SSL_CTX> server_ctx_;
   bssl::UniquePtr<SSL_CTX> client_ctx_;
+  tls::SessionCache origin_sessions_;
+  std::unique_ptr<OriginPool> origin_pool_;
   std::unique_ptr<netlog::Writer> netlog_;
   std::unique_ptr<Admin> admin_;
   Metrics metrics_;
@@ -130,6 +136,8 @@ class Server {
   uv_prepare_t prepare_;
   uv_timer_t policy_timer_;  // fires when a learn window closes or a grant expires
   uv_timer_t drain_timer_;
+  uv_timer_t netlog_timer_;    // flushes rows a quiet loop left pending
+  uint64_t netlog_flushed_ms_ = 0;
   bool listening_ = false;
   bool draining_ = false;
   bool stopped_ = false;

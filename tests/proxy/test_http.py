@@ -132,6 +132,23 @@ class ForwardProxy(unittest.TestCase):
         clients = {req["client"] for req in self.origin.requests[-3:]}
         self.assertEqual(len(clients), 1, "the origin connection is kept alive too")
 
+    def test_an_idle_origin_connection_serves_the_next_client(self):
+        before = self.proxy.metric("fy_origin_pool_reused_total")
+        curl(self.base + "/pool1", proxy=self.proxy.url, check=True)
+        curl(self.base + "/pool2", proxy=self.proxy.url, check=True)  # a new client connection
+        clients = [q["client"] for q in self.origin.requests if q["path"] in ("/pool1", "/pool2")]
+        self.assertEqual(len(clients), 2)
+        self.assertEqual(clients[0], clients[1], "the second client used the pooled origin connection")
+        self.assertGreaterEqual(self.proxy.metric("fy_origin_pool_reused_total"), before + 1)
+        rows = [r for r in self.proxy.wait_rows(lambda r: r["path"] in ("/pool1", "/pool2"), n=2)]
+        self.assertNotEqual(rows[0]["conn"], rows[1]["conn"])
+        # A reload empties the pool: idle connections are judged afresh.
+        self.proxy.reload(self.policy + "\n")
+        self.assertEqual(self.proxy.metric("fy_origin_pool_idle"), 0)
+        curl(self.base + "/pool3", proxy=self.proxy.url, check=True)
+        c3 = [q["client"] for q in self.origin.requests if q["path"] == "/pool3"][0]
+        self.assertNotEqual(c3, clients[0])
+
     def test_pipelined_requests_are_answered_in_order(self):
         req = "GET {}/p{} HTTP/1.1\r\nHost: origin.test:{}\r\n\r\n"
         data = "".join(req.format(self.base, i, self.origin.port) for i in range(5)).encode()

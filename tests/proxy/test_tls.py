@@ -179,6 +179,17 @@ class Https(unittest.TestCase):
         r = curl("--http2", "-v", self.url + "/alpn", proxy=self.proxy.url, cacert=self.proxy.ca, check=True)
         self.assertIn(b"ALPN: server accepted http/1.1", r.stderr)
 
+    def test_a_second_tunnel_resumes_the_origin_s_tls_session(self):
+        before = self.proxy.metric("fy_tls_origin_resumptions_offered_total")
+        for i in range(3):
+            r = curl(self.url + f"/resume{i}", proxy=self.proxy.url, cacert=self.proxy.ca, check=True)
+            self.assertEqual(json.loads(r.stdout)["path"], f"/resume{i}")
+        self.assertGreaterEqual(self.proxy.metric("fy_tls_origin_resumptions_offered_total"), before + 2)
+        # A session is only ever offered for the origin that issued it: another
+        # name on the same address still gets a full, verified handshake.
+        r = curl(f"https://expired.test:{self.expired.port}/x", proxy=self.proxy.url, cacert=self.proxy.ca)
+        self.assertIn(b"certificate has expired", r.stdout)
+
     def test_keep_alive_inside_the_tunnel(self):
         r = curl(self.url + "/k1", "-o", "/dev/null", self.url + "/k2", "-o", "/dev/null",
                  self.url + "/k3", "-w", "%{num_connects}", proxy=self.proxy.url, cacert=self.proxy.ca,
