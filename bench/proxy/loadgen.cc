@@ -61,7 +61,9 @@ usage: fy-loadgen --connect IP:PORT --authority HOST:PORT [options]
   --connect IP:PORT      where the TCP connections go: the origin, or the proxy with --proxy
   --authority HOST:PORT  the origin: Host header, absolute URL and CONNECT target
   --proxy                talk to --connect as a forward proxy (absolute-form GET; CONNECT in tls mode)
-  --mode MODE            keepalive (default), newconn, or tls (one CONNECT/TLS handshake per GET)
+  --mode MODE            keepalive (default), newconn, tls (one CONNECT/TLS handshake per GET),
+                         or tls-ka (one CONNECT/TLS handshake per connection, then keep-alive GETs)
+  --header "N: V"        one more request header (repeatable)
   --path PATH            request path (default /)
   --concurrency N        connections at once (default 1, max 1024)
   --duration S           stop after S seconds (default 5; fractions allowed)
@@ -79,7 +81,7 @@ max_us, body_bytes, client_cpu_us. Exit codes: 0 ran (failed requests are counte
 fatal), 1 the event loop failed, 2 bad flags or setup.
 )";
 
-enum class Mode { keepalive, newconn, tls };
+enum class Mode { keepalive, newconn, tls, tls_ka };
 
 struct Options {
   sockaddr_storage addr{};
@@ -97,6 +99,7 @@ struct Options {
   std::string sni;
   int64_t expect_bytes = -1;
   int spread_sources = 0;
+  std::vector<std::string> headers;  // extra request header lines
 };
 
 [[noreturn]] void usage_error(const std::string& msg) {
@@ -127,7 +130,8 @@ Options parse_args(int argc, char** argv) {
     }
     static constexpr std::string_view kWithValue[] = {
         "--connect",  "--authority", "--mode", "--path", "--concurrency",  "--duration",
-        "--requests", "--timeout",   "--ca",   "--sni",  "--expect-bytes", "--spread-sources"};
+        "--requests", "--timeout",   "--ca",   "--sni",  "--expect-bytes", "--spread-sources",
+        "--header"};
     if (std::find(std::begin(kWithValue), std::end(kWithValue), a) == std::end(kWithValue))
       usage_error(fmt::format("unknown flag '{}'", a));
     if (i + 1 >= argc) usage_error(fmt::format("{} needs a value", a));
@@ -144,8 +148,10 @@ Options parse_args(int argc, char** argv) {
         o.mode = Mode::newconn;
       else if (m == "tls")
         o.mode = Mode::tls;
+      else if (m == "tls-ka")
+        o.mode = Mode::tls_ka;
       else
-        usage_error(fmt::format("--mode is keepalive, newconn or tls, not '{}'", m));
+        usage_error(fmt::format("--mode is keepalive, newconn, tls or tls-ka, not '{}'", m));
     } else if (a == "--path") {
       o.path = v;
       if (o.path.empty() || o.path[0] != '/') usage_error("--path must start with '/'");
@@ -157,6 +163,11 @@ Options parse_args(int argc, char** argv) {
       o.max_requests = static_cast<uint64_t>(parse_double(a, v, 1, 1e12));
     } else if (a == "--timeout") {
       o.timeout_s = parse_double(a, v, 0.01, 3600);
+    } else if (a == "--header") {
+      std::string h = v;
+      if (h.find(':') == std::string::npos || h.find_first_of("\r\n") != std::string::npos)
+        usage_error("--header takes \"Name: value\"");
+      o.headers.push_back(h);
     } else if (a == "--ca") {
       o.ca_file = v;
     } else if (a == "--sni") {
@@ -176,7 +187,8 @@ Options parse_args(int argc, char** argv) {
   if (!auth) usage_error(fmt::format("--authority: {}", auth.error().message));
   o.host = auth->host;
   if (o.sni.empty()) o.sni = o.host;
-  if (o.mode == Mode::tls && o.ca_file.empty()) usage_error("--mode tls needs --ca FILE");
+  if ((o.mode == Mode::tls || o.mode == Mode::tls_ka) && o.ca_file.empty())
+    usage_error("--mode tls and tls-ka need --ca FILE");
   if (o.spread_sources > 0 && (o.addr.ss_family != AF_INET || hp->host.rfind("127.", 0) != 0))
     usage_error("--spread-sources needs an IPv4 loopback --connect address");
   return o;
@@ -215,15 +227,17 @@ class LoadGen {
     signal(SIGPIPE, SIG_IGN);
     ep_ = epoll_create1(EPOLL_CLOEXEC);
     if (ep_ < 0) return setup_error("epoll_create1", errno);
-    if (opt_.proxy && opt_.mode != Mode::tls) {
+    if (opt_.proxy && !tls_mode()) {
       request_ =
           fmt::format("GET http://{0}{1} HTTP/1.1\r\nHost: {0}\r\n", opt_.authority, opt_.path);
     } else {
       request_ = fmt::format("GET {1} HTTP/1.1\r\nHost: {0}\r\n", opt_.authority, opt_.path);
     }
-    request_ += "User-Agent: fy-loadgen\r\nAccept: */*\r\n\r\n";
+    request_ += "User-Agent: fy-loadgen\r\nAccept: */*\r\n";
+    for (const auto& h : opt_.headers) request_ += h + "\r\n";
+    request_ += "\r\n";
     connect_req_ = fmt::format("CONNECT {0} HTTP/1.1\r\nHost: {0}\r\n\r\n", opt_.authority);
-    if (opt_.mode == Mode::tls && !init_tls()) return false;
+    if (tls_mode() && !init_tls()) return false;
     llhttp_settings_init(&settings_);
     settings_.on_headers_complete = &LoadGen::on_headers_complete;
     settings_.on_body = &LoadGen::on_body;
@@ -438,7 +452,8 @@ class LoadGen {
     body_bytes_ += c.body_bytes;
     last_done_us_ = now;
     latencies_.push_back(static_cast<uint32_t>(std::min<uint64_t>(now - c.t0_us, UINT32_MAX)));
-    if (opt_.mode != Mode::keepalive || !c.server_keeps) close_conn(c);
+    bool keep = opt_.mode == Mode::keepalive || opt_.mode == Mode::tls_ka;
+    if (!keep || !c.server_keeps) close_conn(c);
     park(c, now);
   }
 
@@ -485,7 +500,7 @@ class LoadGen {
           getsockopt(c.fd, SOL_SOCKET, SO_ERROR, &so, &len);
           if (so != 0 || (events & (EPOLLERR | EPOLLHUP))) return fail(c, "connect");
           c.out_off = 0;
-          if (opt_.mode == Mode::tls) {
+          if (tls_mode()) {
             c.state = opt_.proxy ? State::send_connect : State::handshake;
             if (c.state == State::handshake && !start_tls(c)) return fail(c, "tls_setup");
           } else {
@@ -583,6 +598,8 @@ class LoadGen {
       }
     }
   }
+
+  bool tls_mode() const { return opt_.mode == Mode::tls || opt_.mode == Mode::tls_ka; }
 
   bool start_tls(Conn& c) {
     c.ssl.reset(SSL_new(ctx_.get()));
