@@ -50,6 +50,9 @@ def main():
     ap.add_argument("--proxy-cmd", default="{bench}/fy-bench-proxy --listen {gateway}:{port} "
                                            "--key {key}")
     ap.add_argument("--proxy-name", default="fy-bench-proxy (a stand-in for fy-proxy)")
+    ap.add_argument("--fy-proxy", metavar="BIN",
+                    help="measure against the real fy-proxy (this binary): it decrypts the TLS "
+                         "samples, verifies the origin, checks stamps and writes its Network Log")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--small", type=int, default=400, help="small requests per arm per round")
     ap.add_argument("--tls", type=int, default=60, help="CONNECT+TLS samples per arm per round")
@@ -93,7 +96,8 @@ def main():
         with open(os.path.join(www, "big"), "wb") as f:
             f.truncate(a.bulk_mib << 20)
         sh("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-           "-nodes", "-days", "1", "-subj", "/CN=origin.fyf.test", "-keyout",
+           "-nodes", "-days", "1", "-subj", "/CN=origin.fyf.test", "-addext",
+           "subjectAltName=DNS:origin.fyf.test,IP:%s" % ORIGIN, "-keyout",
            os.path.join(d, "origin.key"), "-out", os.path.join(d, "origin.crt"))
         conf = os.path.join(d, "nginx.conf")
         with open(conf, "w") as f:
@@ -121,6 +125,15 @@ http {{
         t.wait_listening(t.host, ORIGIN, 80, proc=nginx)
 
         key_file, _ = t.write_key()
+        if a.fy_proxy:
+            # The real proxy, enforcing, with the origin granted and verified.
+            with open(os.path.join(d, "policy.toml"), "w") as f:
+                f.write('mode = "enforce"\nallow = ["%s"]\n' % ORIGIN)
+            a.proxy_cmd = ("%s --listen {gateway}:{port} --stamp-key {key} --admin off "
+                           "--state-dir {dir}/fy-proxy --policy {dir}/policy.toml "
+                           "--netlog {dir}/egress.jsonl --upstream-ca {dir}/origin.crt "
+                           "--log-level warn" % a.fy_proxy)
+            a.proxy_name = "fy-proxy (%s)" % a.fy_proxy
         cmd = a.proxy_cmd.format(gateway=GATEWAY, port=PROXY_PORT, key=key_file, dir=d,
                                  bench=bench)
         proxy = t.start_in_host(shlex.split(cmd), name="proxy")
