@@ -274,10 +274,13 @@ bool Parser::body_until_eof() const { return llhttp_message_needs_eof(&parser_) 
 
 void Parser::next_message() {
   llhttp_errno_t e = llhttp_get_errno(&parser_);
-  if (e == HPE_PAUSED) {
+  if (e == HPE_PAUSED_UPGRADE || parser_.upgrade) {
+    // The message asked for an upgrade that did not happen (no 101): HTTP
+    // goes on. llhttp would still treat what follows as the new protocol,
+    // so start the parser over.
+    llhttp_reset(&parser_);
+  } else if (e == HPE_PAUSED) {
     llhttp_resume(&parser_);
-  } else if (e == HPE_PAUSED_UPGRADE) {
-    llhttp_resume_after_upgrade(&parser_);
   }
   message_complete_ = false;
   headers_complete_ = false;

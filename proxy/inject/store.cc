@@ -393,10 +393,12 @@ class GithubJob final : public MintJob {
     store_ = nullptr;
     cancelled_ = true;
     if (call_) {
+      // The call's completion will not run once cancelled: free here.
       https_cancel(call_);
       call_ = nullptr;
+      idle_ = true;
     }
-    // Freed when the work item or the call completes.
+    // With a work item in flight, signed_() frees the job when it returns.
     if (idle_) delete this;
   }
 
@@ -566,8 +568,10 @@ CredentialStore::Entry& CredentialStore::entry_for(const Rule& rule) {
 void CredentialStore::update(const Rules& rules,
                              const std::vector<std::pair<std::string, std::string>>& defaults) {
   defaults_ = defaults;
-  // Drop entries of rules that are gone; their waiters learn it when the
-  // connection re-checks the policy.
+  // Drop entries of rules that are gone; their waiters are told after the
+  // map is no longer being walked (they re-check the policy and go on
+  // without a credential).
+  std::vector<Done> orphans;
   for (auto it = entries_.begin(); it != entries_.end();) {
     if (!rules.by_id(it->first)) {
       if (it->second.job) {
@@ -575,10 +579,7 @@ void CredentialStore::update(const Rules& rules,
         it->second.job = nullptr;
         job->cancel();
       }
-      for (auto& [ticket, done] : it->second.waiters) {
-        MintOutcome gone = failure("the switch was turned off while its credential was minted");
-        done(gone);
-      }
+      for (auto& [ticket, done] : it->second.waiters) orphans.push_back(std::move(done));
       it = entries_.erase(it);
     } else {
       ++it;
@@ -590,11 +591,21 @@ void CredentialStore::update(const Rules& rules,
     std::string old_key = existed ? entries_[r.id].key : "";
     Entry& e = entry_for(r);
     bool changed = !existed || old_key != e.key;
-    if (changed && !e.job && now >= e.failed_until_ms) {
-      // Mint ahead: the first request should not wait.
+    if (!changed) continue;
+    if (e.job) {
+      // A mint for the old spec or secret is in flight: its result must
+      // never serve the new credential. Stop it; the waiters stay enrolled
+      // for the new mint.
+      MintJob* job = e.job;
+      e.job = nullptr;
+      job->cancel();
       start_mint(e);
+    } else if (now >= e.failed_until_ms) {
+      start_mint(e);  // mint ahead: the first request should not wait
     }
   }
+  MintOutcome gone = failure("the switch was turned off while its credential was minted");
+  for (auto& done : orphans) done(gone);
 }
 
 CredentialStore::Lookup CredentialStore::lookup(const Rule& rule) {
@@ -694,6 +705,12 @@ void CredentialStore::mint_done(MintJob* job, const MintOutcome& out) {
   e.job = nullptr;
   uint64_t now = uv_now(opts_.loop);
   bool same_credential = job->key() == e.key;
+  if (!same_credential) {
+    // Minted for a spec or secret that has since changed: worthless, and
+    // dangerous to hand out. Mint again for the current one; waiters stay.
+    if (!e.waiters.empty()) start_mint(e);
+    return;
+  }
   if (out.ok) {
     ++stats_.mints;
     if (same_credential) {

@@ -282,7 +282,7 @@ void Stream::write(const ChunkRef& c, const char* p, size_t n) {
   if (ssl_) return write(std::string_view(p, n));
   bytes_out_ += n;
   out_.push(c, p, n);
-  if (out_.bytes() > kHighWater) was_above_high_ = true;
+  if (queued() > kHighWater) was_above_high_ = true;
   flush();
 }
 
@@ -291,8 +291,10 @@ void Stream::write(std::string_view s) {
   bytes_out_ += s.size();
   if (ssl_) {
     if (!tls_done_) {
-      // Encrypted once the handshake completes (see pump_tls).
+      // Encrypted once the handshake completes (see pump_tls). Counted in
+      // queued(), so a writer that outruns the handshake is paused.
       backlog_.append(s);
+      if (queued() > kHighWater) was_above_high_ = true;
       return;
     }
     while (!s.empty()) {
@@ -348,7 +350,7 @@ void Stream::flush() {
     }
     return;
   }
-  if (was_above_high_ && out_.bytes() <= kLowWater) {
+  if (was_above_high_ && queued() <= kLowWater) {
     was_above_high_ = false;
     if (handler_) handler_->on_drain(*this);
     if (closing_) return;
@@ -366,7 +368,7 @@ void Stream::on_write_cb(uv_write_t* req, int status) {
   }
   s->out_.consume(s->in_flight_);
   s->in_flight_ = 0;
-  if (s->was_above_high_ && s->out_.bytes() <= kLowWater) {
+  if (s->was_above_high_ && s->queued() <= kLowWater) {
     s->was_above_high_ = false;
     if (s->handler_) s->handler_->on_drain(*s);
     if (s->closing_) return;

@@ -96,12 +96,14 @@ class Stream {
   // Hands the stream to another handler (the origin pool and back).
   void set_handler(StreamHandler* h) { handler_ = h; }
 
-  size_t queued() const { return out_.bytes(); }
-  bool above_high() const { return out_.bytes() > kHighWater; }
+  // Bytes written and not yet sent, plaintext waiting for the handshake included.
+  size_t queued() const { return out_.bytes() + backlog_.size(); }
+  bool above_high() const { return queued() > kHighWater; }
   bool closing() const { return closing_; }
   bool is_tls() const { return ssl_ != nullptr; }
   bool tls_established() const { return tls_done_; }
   bool eof_seen() const { return eof_; }
+  bool connected() const { return connected_; }
   bool write_shut() const { return shut_requested_; }
   bool shutdown_done() const { return shut_done_; }
   // "ip:port" of the peer, "" when unknown.

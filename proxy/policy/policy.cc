@@ -187,7 +187,7 @@ bool Policy::enforcing(int64_t now_ms) const {
   return true;
 }
 
-Verdict Policy::judge(const Target& t, int64_t now_ms) const {
+Verdict Policy::judge(const Target& t, int64_t now_ms, bool implicit) const {
   bool granted = allow_.covers(t.host, t.port, t.kind) ||
                  (t.build && build_allow_.covers(t.host, t.port, t.kind));
   if (!granted) {
@@ -201,7 +201,7 @@ Verdict Policy::judge(const Target& t, int64_t now_ms) const {
       }
     }
   }
-  if (!granted && t.port == 443) {
+  if (!granted && implicit && t.port == 443) {
     // Implicit allows: an injector host over HTTPS :443 (never cleartext); a
     // held or overlap host's CONNECT :443, so the proxy can answer inside.
     if (t.kind != Kind::cleartext && rules_.is_injector_host(t.host)) granted = true;

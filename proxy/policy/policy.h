@@ -60,7 +60,9 @@ class Policy {
   // A learn-mode policy for a first start with no policy file.
   static std::string default_text(int64_t now_ms, int64_t window_ms);
 
-  Verdict judge(const Target& t, int64_t now_ms) const;
+  // `implicit`: also admit what injection needs (an injector host over HTTPS
+  // :443; a held or overlap host's CONNECT :443) without a grant.
+  Verdict judge(const Target& t, int64_t now_ms, bool implicit = true) const;
   // Whether the allowlist refuses what it does not grant (false while
   // observing or inside a learn window).
   bool enforcing(int64_t now_ms) const;

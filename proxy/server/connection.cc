@@ -33,6 +33,7 @@ namespace {
 constexpr size_t kMaxStash = 64 * 1024;
 constexpr uint64_t kLingerMs = 2000;
 constexpr uint64_t kOpaqueSilenceMs = 1000;
+constexpr uint64_t kAttemptMs = 2000;  // per address, when more remain
 
 constexpr const char* kRefusalBody =
     "refused by the foldyard allowlist - grant it on your computer: `fy allow add {}`\n";
@@ -148,23 +149,22 @@ void Connection::on_eof(Stream& s) {
       case Mode::lingering: close("client closed"); return;
       case Mode::hello:
       case Mode::handshake: close("client closed before the tunnel was set up"); return;
-      case Mode::http:
-        if (ex_.active && !ex_.response_started &&
-            (req_ == Req::done || (req_ == Req::wait && req_parser_.message_complete()))) {
-          // A half-closed client still reads the response.
-          ex_.close_after = true;
-          return;
-        }
-        if (ex_.active && ex_.response_started) {
-          ex_.close_after = true;
-          return;
-        }
-        if (ex_.active) {
+      case Mode::http: {
+        // A half-closed client still reads its answers: the exchange in
+        // flight and every pipelined request already received are served;
+        // the connection closes when nothing is left (on_response_complete).
+        bool request_whole =
+            req_ == Req::done || (req_ == Req::wait && req_parser_.message_complete());
+        if (ex_.active && !request_whole && !ex_.response_started) {
           ex_.row.error = "closed: the client closed the connection mid-request";
           write_exchange_row();
+          close("client closed mid-request");
+          return;
         }
+        if (ex_.active || !stash_.empty() || replay_pending_ || replay_blocked_) return;
         close("client closed");
         return;
+      }
     }
     return;
   }
@@ -235,6 +235,7 @@ void Connection::on_ready(Stream& s) {
   if (mode_ == Mode::tunnel && !hello_.empty()) {
     origin_->write(hello_);
     hello_.clear();
+    if (!origin_->above_high()) resume_client(kPeerFull);
   }
   arm_timer();
 }
@@ -242,6 +243,11 @@ void Connection::on_ready(Stream& s) {
 void Connection::on_drain(Stream& s) {
   if (&s == &client_) {
     resume_origin(kPeerFull);
+    if (replay_blocked_) {
+      replay_blocked_ = false;
+      replay_pending_ = true;
+      arm_timer();
+    }
   } else {
     resume_client(kPeerFull);
   }
@@ -271,7 +277,10 @@ void Connection::on_client_bytes(const ChunkRef& c, const char* p, size_t n) {
       tunnel_up_ += n;
       if (origin_) {
         if (!origin_ready_ && tunnel_ != TunnelKind::upgrade) {
-          hello_.append(p, n);  // still connecting: kept until on_ready
+          // Still connecting: kept until on_ready, within the same bound as
+          // a write queue.
+          hello_.append(p, n);
+          if (hello_.size() > Stream::kHighWater) pause_client(kPeerFull);
         } else {
           origin_->write(c, p, n);
           if (origin_->above_high()) pause_client(kPeerFull);
@@ -628,6 +637,7 @@ void Connection::inject(const inject::Rule& rule, const HostPort& dest, policy::
 
 void Connection::on_credential(const inject::MintOutcome& out) {
   if (closing_) return;
+  touch();
   resume_client(kWaitCredential);
   if (ex_.discard_response) {
     ex_.discard_response = false;
@@ -767,6 +777,11 @@ void Connection::handle_connect() {
   }
   if (verdict == policy::Verdict::would_block) log_would_block(ex_.row.host, "CONNECT");
 
+  // Admitted only so the proxy can act (inject, answer a held dummy or an
+  // overlap)? Then only HTTPS it decrypts may pass: never an opaque tunnel.
+  implicit_only_ = verdict == policy::Verdict::allow &&
+                   srv_.policy().judge({hp->host, hp->port, policy::Kind::connect, build_}, now,
+                                       /*implicit=*/false) != policy::Verdict::allow;
   in_connect_ = true;
   inner_kind_ = hp->port == 80 ? policy::Kind::cleartext : policy::Kind::https;
   req_parser_.reset();
@@ -818,12 +833,24 @@ void Connection::on_hello_bytes(const char* p, size_t n) {
         }
         return;
       }
+      if (implicit_only_) {
+        log::info("c{} CONNECT {}: admitted only for HTTPS the proxy decrypts, and this is "
+                  "not TLS; closing",
+                  id_, connect_dest_.authority());
+        close("not TLS to a host admitted only for decryption");
+        return;
+      }
       start_tunnel(TunnelKind::opaque);
       return;
     case tls::ClientHello::Status::ok: break;
   }
   sni_ = ch.sni;
-  if (srv_.policy().tunnel(connect_dest_.host, ch.sni_present ? ch.sni : "", build_marker_)) {
+  // A server name that is present but not a host name disagrees with every
+  // destination: decrypted, never tunnelled.
+  std::string_view sni_seen = ch.sni;
+  if (!ch.sni_present) sni_seen = "";
+  else if (ch.sni.empty()) sni_seen = "\x01";
+  if (srv_.policy().tunnel(connect_dest_.host, sni_seen, build_marker_)) {
     start_tunnel(TunnelKind::passthrough);
   } else {
     start_decrypt(ch.sni);
@@ -876,8 +903,8 @@ void Connection::forward_request(const HostPort& dest, policy::Kind kind, std::s
   bool reuse = origin_ && !origin_->closing() && !origin_eof_ && origin_dest_ == dest &&
                origin_tls_ == tls;
   if (!reuse) {
-    dial(dest, tls);
-    if (closing_) return;
+    dial(dest, tls, /*use_pool=*/true);
+    if (closing_ || !origin_) return;
   }
   // Sent on a connection an earlier exchange (or another client, through the
   // pool) used: if it turns out closed, the request may be retried once.
@@ -915,7 +942,9 @@ void Connection::forward_request(const HostPort& dest, policy::Kind kind, std::s
   resp_reader_.reset();
   req_reader_.reset();
   // req_head_'s views die with the head bytes: nothing reads them after here.
-  if (req_parser_.message_complete() || ex_.upgrade) {
+  // An Upgrade request's body (if any) goes first; the switch happens only
+  // on a 101, after which the stash carries the new protocol's bytes.
+  if (req_parser_.message_complete()) {
     on_request_complete();
   } else {
     req_ = Req::body;
@@ -964,6 +993,14 @@ void Connection::on_origin_bytes(const ChunkRef& c, const char* p, size_t n) {
           tunnel_down_ += n;
           client_.write(c, p, n);
         }
+        return;
+      }
+      if (resp_ == Resp::none && n > 0 && origin_ && !closing_) {
+        // A response complete at its head, and more bytes behind it that no
+        // request asked for: never let them stand for the next answer.
+        log::debug("c{} origin {} sent bytes after its response; dropping it", id_,
+                   origin_dest_.authority());
+        retire_origin();
         return;
       }
       continue;
@@ -1066,9 +1103,12 @@ void Connection::on_response_head(std::string_view head) {
     // Upgrade declined: the request is an ordinary one after all.
     ex_.upgrade = false;
   }
-  if (!ex_.client_keep_alive || srv_.draining() || body_until_eof || client_eof_)
+  if (!ex_.client_keep_alive || srv_.draining() || body_until_eof ||
+      (client_eof_ && stash_.empty()))
     ex_.close_after = true;
-  if (status >= 400) {
+  if (status >= 400 && !ex_.injected) {
+    // Not for a request that carried an injected credential: origins echo
+    // what they were sent, and the Network Log must never hold a token.
     auto enc = resp_head_.get("content-encoding");
     ex_.capture_body = !enc || iequals(*enc, "identity");
   }
@@ -1104,7 +1144,7 @@ void Connection::on_response_complete() {
     // that body cannot be told apart from a next request. End here.
     ex_.close_after = true;
   }
-  bool close_after = ex_.close_after || client_eof_;
+  bool close_after = ex_.close_after || (client_eof_ && stash_.empty());
   ex_ = Exchange{};
   if (close_after) {
     linger();
@@ -1116,13 +1156,16 @@ void Connection::on_response_complete() {
     linger();
     return;
   }
+  // The next pipelined request waits for the next loop turn: this call may be
+  // deep inside the origin's read callback, which must finish with the
+  // origin it is reading (and see any bytes it sent past this response).
+  if (!stash_.empty()) replay_pending_ = true;
   arm_timer();
-  if (!stash_.empty()) replay_stash();
 }
 
-void Connection::dial(const HostPort& dest, bool tls) {
+void Connection::dial(const HostPort& dest, bool tls, bool use_pool) {
   retire_origin(/*reusable=*/true);
-  if (!tls) {
+  if (!tls && use_pool) {
     if (Stream* pooled = srv_.origin_pool().take(dest.authority(), this)) {
       origin_ = pooled;
       origin_dest_ = dest;
@@ -1146,7 +1189,8 @@ void Connection::dial(const HostPort& dest, bool tls) {
   addrs_.clear();
   next_addr_ = 0;
   origin_last_error_.clear();
-  if (tls) origin_->set_tls_client(srv_.client_ctx(), dest.host, srv_.origin_sessions(), dest.authority());
+  if (tls)
+    origin_->set_tls_client(srv_.client_ctx(), dest.host, srv_.origin_sessions(), dest.authority());
   dial_start_ms_ = uv_now(srv_.loop());
   arm_timer();
 
@@ -1171,10 +1215,19 @@ void Connection::dial(const HostPort& dest, bool tls) {
                           &hints);
   if (rc != 0) {
     delete q;
-    origin_failed(Errc::dns, uv::error_string(rc));
+    defer_origin_failure(Errc::dns, uv::error_string(rc));
     return;
   }
   dns_ = q;
+}
+
+void Connection::defer_origin_failure(Errc kind, std::string detail) {
+  // dial() and connect_next() are called from inside request handling: a
+  // failure is reported on the next loop turn, never from inside them (the
+  // answer it leads to resets the exchange the caller is still building).
+  deferred_failure_ = std::move(detail);
+  deferred_failure_kind_ = kind;
+  arm_timer();
 }
 
 void Connection::on_resolved(int status, addrinfo* res) {
@@ -1199,17 +1252,27 @@ void Connection::on_resolved(int status, addrinfo* res) {
 }
 
 void Connection::connect_next() {
-  if (!origin_) {
-    origin_ = new Stream(srv_.loop(), this);
-    if (origin_tls_) origin_->set_tls_client(srv_.client_ctx(), origin_dest_.host, srv_.origin_sessions(),
-                            origin_dest_.authority());
+  // Tries the addresses in order: one that fails at once (no route, a
+  // refused family) moves on to the next; one that does not answer within
+  // kAttemptMs moves on too while others remain (handle_timer).
+  while (next_addr_ < addrs_.size()) {
+    if (!origin_) {
+      origin_ = new Stream(srv_.loop(), this);
+      if (origin_tls_)
+        origin_->set_tls_client(srv_.client_ctx(), origin_dest_.host, srv_.origin_sessions(),
+                                origin_dest_.authority());
+    }
+    const sockaddr_storage& ss = addrs_[next_addr_++];
+    int rc = origin_->connect(reinterpret_cast<const sockaddr*>(&ss));
+    if (rc == 0) {
+      attempt_start_ms_ = uv_now(srv_.loop());
+      return;
+    }
+    origin_last_error_ = fmt::format("{}: {}", sockaddr_string(reinterpret_cast<const sockaddr*>(&ss)),
+                                     uv::error_string(rc));
+    retire_origin_keep_addrs();
   }
-  const sockaddr_storage& ss = addrs_[next_addr_++];
-  int rc = origin_->connect(reinterpret_cast<const sockaddr*>(&ss));
-  if (rc != 0) {
-    origin_failed(Errc::connect, fmt::format("{}: {}", sockaddr_string(reinterpret_cast<const sockaddr*>(&ss)),
-                                             uv::error_string(rc)));
-  }
+  defer_origin_failure(Errc::connect, origin_last_error_);
 }
 
 void Connection::retire_origin_keep_addrs() {
@@ -1250,7 +1313,7 @@ bool Connection::retry_on_fresh_origin() {
   ex_.retried = true;
   std::string head;
   head.swap(ex_.sent_head);
-  dial(ex_.dest, origin_tls_);
+  dial(ex_.dest, origin_tls_, /*use_pool=*/false);
   if (closing_ || !origin_) return true;
   origin_fresh_ = false;
   ex_.sent_head = head;
@@ -1312,7 +1375,13 @@ void Connection::answer(int status, std::string body, bool close_after, std::str
   a.status = status;
   a.body = std::move(body);
   a.content_type = std::move(content_type);
-  a.close = close_after || srv_.draining() || !ex_.client_keep_alive || client_eof_;
+  if (cred_ticket_) {
+    srv_.credentials().cancel(cred_ticket_);
+    cred_ticket_ = 0;
+    resume_client(kWaitCredential);
+  }
+  a.close = close_after || srv_.draining() || !ex_.client_keep_alive ||
+            (client_eof_ && stash_.empty());
   std::string out;
   http::build_answer(out, a);
   client_.write(out);
@@ -1331,8 +1400,8 @@ void Connection::answer(int status, std::string body, bool close_after, std::str
   req_reader_.reset();
   req_parser_.next_message();
   req_ = Req::head;
+  if (!stash_.empty()) replay_pending_ = true;
   arm_timer();
-  if (!stash_.empty()) replay_stash();
 }
 
 void Connection::answer_parse_error(const http::ParseError& e) {
@@ -1493,8 +1562,9 @@ void Connection::resume_origin(uint8_t reason) {
 void Connection::linger() {
   // Answered: send FIN after the answer, discard what the client still
   // sends, close on its EOF or after kLingerMs. Closing at once could reset
-  // the connection before the client read the answer.
-  retire_origin();
+  // the connection before the client read the answer. An idle, healthy
+  // origin connection goes to the pool.
+  retire_origin(/*reusable=*/true);
   mode_ = Mode::lingering;
   mode_start_ms_ = uv_now(srv_.loop());
   client_pause_ = 0;
@@ -1518,16 +1588,28 @@ void Connection::touch() { last_io_ms_ = uv_now(srv_.loop()); }
 
 void Connection::arm_timer() {
   if (closing_) return;
+  // Work deferred to the next loop turn (a dial that failed at once, the
+  // next pipelined request) runs first.
+  if (!deferred_failure_.empty() || replay_pending_) {
+    uv_timer_start(&timer_, on_timer, 0, 0);
+    return;
+  }
   const Limits& lim = srv_.config().limits;
   uint64_t now = uv_now(srv_.loop());
   uint64_t deadline = 0;
   auto consider = [&](uint64_t d) {
     if (deadline == 0 || d < deadline) deadline = d;
   };
+  if (dial_start_ms_ && attempt_start_ms_ && origin_ && !origin_->connected() &&
+      next_addr_ < addrs_.size())
+    consider(attempt_start_ms_ + kAttemptMs);
   switch (mode_) {
     case Mode::http:
       if (dial_start_ms_) consider(dial_start_ms_ + lim.connect_timeout_ms);
-      if (ex_.active) {
+      if (ex_.active && req_ == Req::wait) {
+        // Waiting for a credential: the store answers within the minter
+        // timeout; the exchange's silence clock starts when it does.
+      } else if (ex_.active) {
         consider(last_io_ms_ + lim.io_timeout_ms);
       } else if (head_start_ms_) {
         consider(head_start_ms_ + lim.head_timeout_ms);
@@ -1556,6 +1638,37 @@ void Connection::handle_timer() {
   if (closing_) return;
   const Limits& lim = srv_.config().limits;
   uint64_t now = uv_now(srv_.loop());
+  if (!deferred_failure_.empty()) {
+    std::string detail;
+    detail.swap(deferred_failure_);
+    origin_failed(deferred_failure_kind_, detail);
+    if (!closing_) arm_timer();
+    return;
+  }
+  if (replay_pending_) {
+    replay_pending_ = false;
+    if (client_.above_high()) {
+      replay_blocked_ = true;  // on_drain(client) replays when it has room
+    } else if (mode_ == Mode::http && req_ == Req::head) {
+      replay_stash();
+      if (!closing_ && client_eof_ && !ex_.active && req_ == Req::head && stash_.empty() &&
+          !replay_pending_) {
+        close("client closed");  // what it sent is answered
+        return;
+      }
+    }
+    if (!closing_) arm_timer();
+    return;
+  }
+  if (dial_start_ms_ && attempt_start_ms_ && origin_ && !origin_->connected() &&
+      next_addr_ < addrs_.size() && now >= attempt_start_ms_ + kAttemptMs) {
+    // This address does not answer: try the next one while time remains.
+    origin_last_error_ = "no answer within 2 s";
+    retire_origin_keep_addrs();
+    connect_next();
+    arm_timer();
+    return;
+  }
   switch (mode_) {
     case Mode::http:
       if (dial_start_ms_ && now >= dial_start_ms_ + lim.connect_timeout_ms) {

@@ -113,7 +113,11 @@ class Connection final : public StreamHandler {
   void on_origin_bytes(const ChunkRef& c, const char* p, size_t n);
   void on_response_head(std::string_view head);
   void on_response_complete();
-  void dial(const HostPort& dest, bool tls);
+  // Connects origin_ to dest (with TLS when `tls`). `use_pool`: an idle
+  // pooled cleartext connection may serve (HTTP requests only, never a tunnel).
+  // Failures arrive later (origin_failed), never from inside dial().
+  void dial(const HostPort& dest, bool tls, bool use_pool = false);
+  void defer_origin_failure(Errc kind, std::string detail);
   void on_resolved(int status, struct addrinfo* res);
   void connect_next();
   // Drops the origin connection: into the pool when `reusable` and it is
@@ -178,6 +182,7 @@ class Connection final : public StreamHandler {
 
   // Destination of a CONNECT (decrypted, cleartext or tunnelled inside it).
   bool in_connect_ = false;
+  bool implicit_only_ = false;  // the CONNECT was admitted only for injection
   HostPort connect_dest_;
   policy::Kind inner_kind_ = policy::Kind::https;
   std::string sni_;
@@ -218,6 +223,11 @@ class Connection final : public StreamHandler {
   uint16_t dial_port_ = 0;
   std::string origin_last_error_;
   std::string early_failure_;  // the eager dial of a decrypted tunnel failed
+  std::string deferred_failure_;  // a dial that failed at once, reported by the timer
+  Errc deferred_failure_kind_ = Errc::connect;
+  uint64_t attempt_start_ms_ = 0;  // the current address's connect began
+  bool replay_pending_ = false;  // the next pipelined request runs on the next turn
+  bool replay_blocked_ = false;  // ... once the client's queue has drained
   Errc early_failure_kind_ = Errc::connect;
 
   // Response parsing.

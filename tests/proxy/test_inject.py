@@ -202,6 +202,22 @@ class Injection(unittest.TestCase):
             t.close()
             self.assertEqual(self.auth_headers("/sni"), ["Bearer dummy"])
 
+    def test_a_host_admitted_only_for_injection_gets_no_opaque_tunnel(self):
+        with self.env.proxy(BASE_POLICY) as p:
+            before = len(self.env.origin.requests)
+            s = socket.create_connection(("127.0.0.1", p.port), timeout=5)
+            s.sendall(b"CONNECT api.tracker.test:443 HTTP/1.1\r\n\r\n")
+            self.assertIn(b" 200 ", s.recv(100))
+            s.sendall(b"\x80\x2e\x01\x03\x01 not TLS the proxy can decrypt")
+            s.settimeout(5)
+            try:
+                self.assertEqual(s.recv(100), b"")
+            except ConnectionResetError:
+                pass
+            s.close()
+            self.assertEqual(len(self.env.origin.requests), before)
+            self.assertIn("admitted only for HTTPS the proxy decrypts", p.stderr())
+
     def test_query_param_injection_redacted_in_the_log_and_limited_to_its_prefix(self):
         policy = '''mode = "enforce"
 [[inject]]
@@ -374,6 +390,43 @@ value_prefix = "Bearer "
             self.assertEqual(self.auth("/removed"), ["Bearer box-dummy"])
             row = p.wait_rows(lambda x: x["path"] == "/removed")[-1]
             self.assertFalse(row["injected"])
+
+    def test_a_credential_changed_during_its_mint_never_gets_the_old_token(self):
+        # v1's minter is slow; the reload points the same switch at another
+        # host with another minter: the new host must get the new token.
+        old = self.env.minter("kc-old", "time.sleep(3)\nprint(json.dumps({'value': 'TOKEN-FOR-THE-OLD-RULE', 'ttl': 3600}))\n")
+        new = self.env.minter("kc-new", "print(json.dumps({'value': 'token-for-the-new-rule', 'ttl': 3600}))\n")
+        v1 = ('mode = "enforce"\n[[inject]]\nswitch = "kc"\nkind = "command"\nhost = "api.tracker.test"\n'
+              f'value_prefix = "Bearer "\ncommand = {json.dumps(old)}\n')
+        v2 = v1.replace("api.tracker.test", "api.other.test").replace(json.dumps(old), json.dumps(new))
+        with self.env.proxy(v1, args=["--minter-timeout", "20"]) as p:
+            time.sleep(0.5)  # the warm-up mint of v1 is running
+            p.reload(v2)
+            r = https(p, "https://api.other.test/after-reload")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(self.auth("/after-reload"), ["Bearer token-for-the-new-rule"])
+            self.assertEqual(self.env.mints("kc-new"), 1)
+
+    def test_an_error_body_of_an_injected_request_is_not_logged(self):
+        def echo(handler, _body):
+            handler._send(403, ("bad credentials: " + handler.headers.get("Authorization", "")).encode(),
+                          "text/plain")
+        self.env.origin.routes["/echo-auth"] = echo
+        policy = self.rule("echo", "print(json.dumps({'value': 'echoed-secret-" + "Z" * 24 + "', 'ttl': 3600}))\n")
+        with self.env.proxy(policy) as p:
+            r = https(p, "https://api.other.test/echo-auth")
+            self.assertIn(b"bad credentials", r.stdout)  # the client gets the origin's answer
+            row = p.wait_rows(lambda x: x["path"] == "/echo-auth")[-1]
+            self.assertEqual(row["status"], 403)
+            self.assertNotIn("error_body", row)
+            self.assertNotIn("Z" * 24, open(p.netlog).read())
+
+    def test_a_slow_mint_does_not_count_against_the_exchange_timeout(self):
+        policy = self.rule("slowmint", "time.sleep(3)\nprint(json.dumps({'value': 'slow', 'ttl': 0}))\n")
+        with self.env.proxy(policy, args=["--io-timeout", "2", "--minter-timeout", "10"]) as p:
+            r = https(p, "https://api.other.test/late", "-w", "\n%{http_code}")
+            self.assertTrue(r.stdout.endswith(b"200"), r.stdout)
+            self.assertEqual(self.auth("/late"), ["Bearer slow"])
 
     def test_401_forces_one_re_mint_and_one_re_issue(self):
         body = ("n = len(open(" + repr(self.env.counter + ".replay") + ").read())\n"
