@@ -633,6 +633,7 @@ void Connection::inject(const inject::Rule& rule, const HostPort& dest, policy::
     cred_ticket_ = 0;
     on_credential(out);
   });
+  arm_timer();  // the exchange's silence clock stops while it waits
 }
 
 void Connection::on_credential(const inject::MintOutcome& out) {
@@ -687,6 +688,7 @@ void Connection::replay_after_401() {
     cred_ticket_ = 0;
     on_credential(out);
   }, /*force=*/true);
+  arm_timer();
 }
 
 void Connection::answer_json(int status, const std::string& message, bool close_after) {
@@ -1606,9 +1608,10 @@ void Connection::arm_timer() {
   switch (mode_) {
     case Mode::http:
       if (dial_start_ms_) consider(dial_start_ms_ + lim.connect_timeout_ms);
-      if (ex_.active && req_ == Req::wait) {
-        // Waiting for a credential: the store answers within the minter
-        // timeout; the exchange's silence clock starts when it does.
+      if (ex_.active && cred_ticket_) {
+        // Waiting for a credential (the first, or a re-mint after a 401): the
+        // store answers within the minter timeout; the exchange's silence
+        // clock starts again when it does.
       } else if (ex_.active) {
         consider(last_io_ms_ + lim.io_timeout_ms);
       } else if (head_start_ms_) {
@@ -1627,6 +1630,11 @@ void Connection::arm_timer() {
       consider(last_io_ms_ + lim.tunnel_idle_timeout_ms);
       break;
     case Mode::lingering: consider(mode_start_ms_ + kLingerMs); break;
+  }
+  if (deadline == 0) {
+    // Nothing is due (a credential wait, its minter bounded by the store).
+    uv_timer_stop(&timer_);
+    return;
   }
   uint64_t delay = deadline > now ? deadline - now : 1;
   uv_timer_start(&timer_, on_timer, delay, 0);
@@ -1677,7 +1685,10 @@ void Connection::handle_timer() {
                                   origin_dest_.authority(), lim.connect_timeout_ms / 1000));
         return;
       }
-      if (ex_.active) {
+      if (ex_.active && cred_ticket_) {
+        // Waiting for a credential: not the exchange's silence (arm_timer()).
+        // The timer ran for another deadline, e.g. an eager dial's.
+      } else if (ex_.active) {
         if (now >= last_io_ms_ + lim.io_timeout_ms) {
           if (!ex_.response_started) {
             origin_failed(Errc::timeout, fmt::format("no response within {} s",

@@ -422,10 +422,15 @@ value_prefix = "Bearer "
             self.assertNotIn("Z" * 24, open(p.netlog).read())
 
     def test_a_slow_mint_does_not_count_against_the_exchange_timeout(self):
-        policy = self.rule("slowmint", "time.sleep(3)\nprint(json.dumps({'value': 'slow', 'ttl': 0}))\n")
+        # The mint (started ahead, at start) outlasts the 2 s exchange timeout
+        # by far more than the proxy takes to start, so the request waits > 2 s.
+        policy = self.rule("slowmint", "time.sleep(4.5)\nprint(json.dumps({'value': 'slow', 'ttl': 0}))\n")
         with self.env.proxy(policy, args=["--io-timeout", "2", "--minter-timeout", "10"]) as p:
+            t0 = time.monotonic()
             r = https(p, "https://api.other.test/late", "-w", "\n%{http_code}")
+            waited = time.monotonic() - t0
             self.assertTrue(r.stdout.endswith(b"200"), r.stdout)
+            self.assertGreater(waited, 2.0)  # it did wait past the exchange timeout
             self.assertEqual(self.auth("/late"), ["Bearer slow"])
 
     def test_401_forces_one_re_mint_and_one_re_issue(self):
