@@ -2,12 +2,13 @@
 """A real rootful podman container's request arrives at the proxy stamped with
 the container's own address, and the real OCI prestart hook gates its start.
 
-podman runs inside the topology's VM namespace (so its bridge, podman0, and
-netavark's rules live there, not on this machine), in a private mount namespace
-with a pure cgroup2 mount (../shared/machine.md). The forwarder's bridge listener
-follows that namespace and binds podman0's address; a redirect (fy-wall's job in
-the VM) sends the container's gateway:42600 to it, keeping the port. The
-container is a local busybox image; busybox wget honours http_proxy.
+podman runs inside the topology's VM namespace (so its bridge, podman0 under
+netavark or cni-podman0 under CNI, and the backend's rules live there, not on
+this machine), in a private mount namespace with a pure cgroup2 mount
+(../shared/machine.md). The forwarder's bridge listener follows that namespace
+and binds the bridge's address; a redirect (fy-wall's job in the VM) sends the
+container's gateway:42600 to it, keeping the port. The container is a local
+busybox image; busybox wget honours http_proxy.
 """
 
 import json
@@ -24,6 +25,18 @@ from fyf_base import GATEWAY, HOOK, ORIGIN, PROXY_PORT, Rig  # noqa: E402
 from fyf_topology import source_dir  # noqa: E402
 
 IMAGE = "localhost/fyf-bb:1"
+
+
+def default_bridge():
+    """(interface, gateway) of podman's default network: podman0 under netavark,
+    cni-podman0 under CNI (which podman 4.3 picks when netavark is absent)."""
+    r = subprocess.run(["podman", "network", "inspect", "podman", "--format",
+                        "{{.NetworkInterface}} {{range .Subnets}}{{.Gateway}} {{end}}"],
+                       capture_output=True, text=True, timeout=60, check=True)
+    words = r.stdout.split()
+    if len(words) < 2:
+        raise AssertionError("podman network inspect said %r" % r.stdout)
+    return words[0], words[1]
 
 
 def ensure_image():
@@ -86,17 +99,18 @@ class Podman(unittest.TestCase):
     @unittest.skipUnless(shutil.which("podman"), "podman is not installed")
     def test_real_container_is_stamped_with_its_address(self):
         ensure_image()
+        bridge, bridge_ip = default_bridge()
         with Rig("pod", containers=(), forwarder=False, redirect=False) as rig:
             t = rig.topo
             rules = ("table ip fyf_redirect {\n chain pre {\n"
                      "  type nat hook prerouting priority dstnat; policy accept;\n"
-                     "  iifname \"podman0\" ip daddr %s tcp dport %d redirect\n }\n}\n" % (
-                         GATEWAY, PROXY_PORT))
+                     "  iifname \"%s\" ip daddr %s tcp dport %d redirect\n }\n}\n" % (
+                         bridge, GATEWAY, PROXY_PORT))
             subprocess.run(["ip", "netns", "exec", t.vm, "nft", "-f", "-"], input=rules,
                            text=True, check=True, timeout=10)
             cfg = t.forwarder_config(rig.key_file).replace(
                 'netns = "/run/netns/%s"' % t.rl, 'netns = "/run/netns/%s"' % t.vm).replace(
-                'listen = "0.0.0.0"', 'listen = "10.88.0.1"')
+                'listen = "0.0.0.0"', 'listen = "%s"' % bridge_ip)
             rig.fwd = t.start_forwarder(cfg)
             sock = os.path.join(t.path("state"), "control.sock")
             marker = t.path("hook-ran")
@@ -108,12 +122,12 @@ class Podman(unittest.TestCase):
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
             self.assertIn("origin ok /podman-1", r.stdout)
             ip = r.stdout.split("inet ")[1].split("/")[0]
-            self.assertTrue(ip.startswith("10.88."), r.stdout)
+            self.assertTrue(ip.startswith(bridge_ip.rsplit(".", 2)[0] + "."), r.stdout)
             row = rig.proxy_row_for("http://%s/podman-1" % ORIGIN)
             self.assertEqual(row["stamp_status"], "valid", row)
             self.assertEqual(row["cpp_status"], "valid", row)
             self.assertEqual(row["stamp"]["src"], ip)
-            self.assertEqual(row["stamp"]["net"], "podman0")
+            self.assertEqual(row["stamp"]["net"], bridge)
             self.assertEqual(row["stamp"]["who"], "")
             for o in rig.origin_rows():
                 self.assertNotIn("Fy-Stamp", o["header_names"])
