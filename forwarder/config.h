@@ -83,7 +83,9 @@ struct Config {
   uint32_t head_timeout_ms = 10000;
   uint32_t half_closed_timeout_ms = 60000;
   uint32_t max_connections = 50000;
-  uint32_t pipe_size = 0;  // 0: the kernel's default (64 KiB)
+  // A bulk relay direction's pipe (relay.h, "Bulk directions"); pipes start at
+  // the kernel's 64 KiB. 0 or <= 64 KiB: never grow.
+  uint32_t pipe_size = 1024 * 1024;
 
   BridgeConfig bridge;
   VmConfig vm;

@@ -50,6 +50,13 @@ bool Engine::watch(int fd, uint32_t events, Watcher* w) {
   return epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev) == 0;
 }
 
+bool Engine::modify(int fd, uint32_t events, Watcher* w) {
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.ptr = w;
+  return epoll_ctl(epfd_, EPOLL_CTL_MOD, fd, &ev) == 0;
+}
+
 void Engine::unwatch(int fd) {
   epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr);
 }

@@ -67,6 +67,9 @@ class Engine {
   void stop(void (*done)(void*), void* arg);
 
   bool watch(int fd, uint32_t events, Watcher* w);
+  // Replaces the event mask of a watched fd (EPOLL_CTL_MOD: readiness is
+  // re-checked, so an edge that is already there is delivered).
+  bool modify(int fd, uint32_t events, Watcher* w);
   void unwatch(int fd);
 
   // Arms `t` to fire once after `ms`; re-arming replaces the deadline.

@@ -466,6 +466,7 @@ Result<void> Forwarder::start_control() {
                   .unum("half_closed_timeouts", k.half_closed_timeouts)
                   .unum("bytes_up", k.bytes_up)
                   .unum("bytes_down", k.bytes_down)
+                  .unum("bulk_dirs", k.bulk_dirs)
                   .unum("seq", f->stamper_.issued())
                   .unum("bridge_switches", f->bridge_switches_)
                   .unum("pipes_idle", f->pipes_ ? f->pipes_->idle() : 0);

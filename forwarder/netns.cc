@@ -86,6 +86,9 @@ Result<UniqueFd> listen_tcp(const std::string& ip, uint16_t port, int backlog) {
   if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&ss), len) != 0)
     return make_error(errno == EADDRINUSE ? Errc::refused : Errc::io, "cannot bind {}: {}",
                       sockaddr_string(reinterpret_cast<sockaddr*>(&ss)), strerror(errno));
+  // Accepted sockets inherit TCP_NODELAY from the listener: one setsockopt
+  // here instead of one per connection.
+  setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   if (::listen(fd.get(), backlog) != 0)
     return make_error(Errc::io, "listen on {}:{}: {}", ip, port, strerror(errno));
   return fd;

@@ -45,6 +45,8 @@ Result<void> run_in_netns(int ns_fd, const std::function<Result<void>()>& fn);
 // A non-blocking listening TCP socket on ip:port in the calling thread's
 // namespace, with SO_REUSEADDR and IP_FREEBIND (the bridge address may not
 // exist yet when a new namespace appears).
+// A non-blocking TCP listener (SO_REUSEADDR, IP_FREEBIND, TCP_NODELAY, which
+// accepted sockets inherit).
 Result<UniqueFd> listen_tcp(const std::string& ip, uint16_t port, int backlog);
 
 // Maps local addresses to interface names in one namespace, through an

@@ -19,10 +19,18 @@
 namespace fy::fwd {
 namespace {
 
-constexpr uint32_t kRelayEvents = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+// Relayed sockets are edge-triggered. EPOLLOUT is in the mask only while it
+// is wanted (a connect in progress, or a write that met a full send buffer): a
+// socket with room to write raises OUT edges of its own (ACKs, send-buffer
+// growth; ~2,800 per GiB on the upstream socket of a download), and each woke
+// the forwarder for nothing. It is dropped lazily, on the first OUT edge that
+// nobody was waiting for, and added back when a write meets EAGAIN.
+constexpr uint32_t kRelayIn = EPOLLIN | EPOLLRDHUP | EPOLLET;
 constexpr size_t kSpliceMax = 1 << 20;
 constexpr uint64_t kRefuseLingerMs = 2000;
 constexpr uint64_t kOutqPollMs = 1;
+// One pump() reading this much from a source makes its direction bulk.
+constexpr size_t kBulkRead = 64 * 1024;
 
 log::RateLimit g_peer_log(20, 1000);  // peer-caused events: at most 20 lines a second
 
@@ -67,14 +75,21 @@ bool PipePool::get(int* r, int* w) {
   }
   int p[2];
   if (pipe2(p, O_NONBLOCK | O_CLOEXEC) != 0) return false;
-  if (size_) fcntl(p[1], F_SETPIPE_SZ, static_cast<int>(size_));
   *r = p[0];
   *w = p[1];
   return true;
 }
 
-void PipePool::put(int r, int w, bool empty) {
-  if (empty && free_.size() < kMax) {
+bool PipePool::grow(int w) {
+  if (bulk_size_ <= static_cast<uint32_t>(kDefaultSize)) return false;
+  // Fails (EPERM) past fs.pipe-max-size without CAP_SYS_RESOURCE: the pipe
+  // keeps its size, which is only slower.
+  return fcntl(w, F_SETPIPE_SZ, static_cast<int>(bulk_size_)) > 0;
+}
+
+void PipePool::put(int r, int w, bool empty, bool grown) {
+  // A grown pipe's ring (40 bytes a slot) is not kept for small connections.
+  if (empty && free_.size() < kMax && (!grown || fcntl(w, F_SETPIPE_SZ, kDefaultSize) > 0)) {
     free_.push_back({r, w});
     return;
   }
@@ -112,8 +127,9 @@ std::string Connection::label() const {
 }
 
 void Connection::start() {
-  set_nodelay(cfd_);
-  if (!ctx_->engine->watch(cfd_, kRelayEvents, &cside_)) {
+  // TCP_NODELAY came from the listener (listen_tcp).
+  cside_.out = false;  // c_writable_ starts true: nothing to wait for
+  if (!ctx_->engine->watch(cfd_, kRelayIn, &cside_)) {
     finish(true, true);
     return;
   }
@@ -136,6 +152,8 @@ void Connection::on_io(bool upstream, uint32_t ev) {
   if (phase_ == Phase::closed) return;
   bool in = ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR);
   bool out = ev & (EPOLLOUT | EPOLLHUP | EPOLLERR);
+  if (out && !in && (upstream ? u_writable_ : c_writable_))
+    set_out(upstream ? uside_ : cside_, false);  // an OUT edge nobody waited for
   if (upstream) {
     if (in) u_readable_ = true;
     if (out) u_writable_ = true;
@@ -151,7 +169,7 @@ void Connection::on_io(bool upstream, uint32_t ev) {
       if (upstream && out) check_connect();
       break;
     case Phase::sending:
-      if (upstream && out) send_head();
+      if (upstream && out) send_head(false);
       break;
     case Phase::relaying:
     case Phase::rst_wait:
@@ -353,13 +371,21 @@ void Connection::dial() {
     fail_upstream(strerror(errno));
     return;
   }
+  // Completion arrives as EPOLLOUT (or EPOLLERR) on the upstream side. But
+  // where the handshake completes inside connect() (the peer is reached over
+  // veth or loopback, whose receive path runs inline), the head can go now
+  // rather than one loop turn later: a send on a socket still in SYN_SENT
+  // fails with EAGAIN and changes nothing. So with a head to send, EPOLLOUT is
+  // asked for only once that early send found the socket still connecting.
   // Watched only once the SYN is out, so the first EPOLLOUT is the answer.
-  if (!ctx_->engine->watch(ufd_, kRelayEvents, &uside_)) {
+  bool early = head_buf_ != nullptr;
+  uside_.out = !early;
+  if (!ctx_->engine->watch(ufd_, early ? kRelayIn : kRelayIn | EPOLLOUT, &uside_)) {
     fail_upstream(fmt::format("epoll: {}", strerror(errno)));
     return;
   }
   ctx_->engine->arm(this, ctx_->cfg->connect_timeout_ms);
-  // Completion arrives as EPOLLOUT (or EPOLLERR) on the upstream side.
+  if (early) send_head(true);
 }
 
 void Connection::check_connect() {
@@ -371,15 +397,14 @@ void Connection::check_connect() {
     fail_upstream(strerror(err));
     return;
   }
-  sockaddr_storage peer;
-  socklen_t plen = sizeof peer;
-  if (getpeername(ufd_, reinterpret_cast<sockaddr*>(&peer), &plen) != 0) return;  // not yet
+  // EPOLLOUT with no error: tcp_poll reports writability only once the
+  // socket has left SYN_SENT.
   ctx_->engine->disarm(this);
   phase_ = Phase::sending;
-  send_head();
+  send_head(false);
 }
 
-void Connection::send_head() {
+void Connection::send_head(bool early) {
   if (head_buf_) {
     // First attempt: the kept ranges of the client's own buffer, our stamp
     // line, the blank line and whatever followed the head, in one writev.
@@ -400,6 +425,24 @@ void Connection::send_head() {
     do {
       n = ::sendmsg(ufd_, &mh, MSG_NOSIGNAL);
     } while (n < 0 && errno == EINTR);
+    if (early) {
+      if (n < 0 && errno == EAGAIN) {
+        // Still connecting: stay in the dialing phase (its timer, re-dials)
+        // and wait for the completion.
+        set_out(uside_, true);
+        return;
+      }
+      if (n < 0) {
+        // The connect failed (refused: the RST came back inside connect()).
+        // This send consumed the socket's error, so report it here; as in
+        // check_connect(), a refusal is not re-dialled.
+        fail_upstream(strerror(errno));
+        return;
+      }
+      ctx_->engine->disarm(this);  // the connect timeout
+      phase_ = Phase::sending;
+      u_writable_ = true;
+    }
     if (n < 0 && errno != EAGAIN) {
       fail_upstream(fmt::format("sending the request head: {}", strerror(errno)));
       return;
@@ -409,6 +452,7 @@ void Connection::send_head() {
     if (sent < total) {
       // Rare: keep the unsent rest as a copy and wait for EPOLLOUT.
       u_writable_ = false;
+      set_out(uside_, true);
       for (size_t i = 0; i < n_iov; ++i) {
         size_t len = iov[i].iov_len;
         if (sent >= len) {
@@ -435,6 +479,7 @@ void Connection::send_head() {
     }
     if (n < 0 && errno == EAGAIN) {
       u_writable_ = false;
+      set_out(uside_, true);
       return;
     }
     if (n < 0 && errno == EINTR) continue;
@@ -443,9 +488,9 @@ void Connection::send_head() {
   }
   pending_head_.shrink_to_fit();
   phase_ = Phase::relaying;
-  // Whatever edges came while dialing are in the flags; start moving bytes.
-  c_readable_ = true;
-  u_readable_ = true;
+  // The readiness flags are exact here: the head was read until EAGAIN, and
+  // every edge since (both sockets are watched) set them. A forced read would
+  // be two EAGAIN splices per connection.
   pump();
 }
 
@@ -482,6 +527,7 @@ bool Connection::move(Dir& d, int src, int dst, bool& src_readable, bool& dst_wr
           splice(src, nullptr, d.pipe_w, nullptr, kSpliceMax, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
       if (n > 0) {
         d.pending += static_cast<size_t>(n);
+        d.read_now += static_cast<size_t>(n);
         any = true;
         continue;
       }
@@ -508,9 +554,30 @@ bool Connection::move(Dir& d, int src, int dst, bool& src_readable, bool& dst_wr
   return any;
 }
 
+void Connection::set_out(Side& s, bool on) {
+  if (s.out == on) return;
+  s.out = on;
+  ctx_->engine->modify(s.upstream ? ufd_ : cfd_, on ? kRelayIn | EPOLLOUT : kRelayIn, &s);
+}
+
+// Invariant: a side we wait to write to (a write met EAGAIN) has EPOLLOUT in
+// its mask, or its edge would never come.
+void Connection::sync_out() {
+  if (!c_writable_) set_out(cside_, true);
+  if (!u_writable_) set_out(uside_, true);
+}
+
+void Connection::note_bulk(Dir& d) {
+  if (d.bulk || d.read_now < kBulkRead) return;
+  d.bulk = true;
+  ++ctx_->counters.bulk_dirs;
+  if (d.pipe_w >= 0) d.grown = ctx_->pipes->grow(d.pipe_w);
+}
+
 void Connection::pump() {
   bool c2u_was = c2u_.done, u2c_was = u2c_.done;
   bool progress = true;
+  c2u_.read_now = u2c_.read_now = 0;
   while (progress && phase_ != Phase::closed) {
     progress = false;
     progress |= move(c2u_, cfd_, ufd_, c_readable_, u_writable_, ctx_->counters.bytes_up);
@@ -518,6 +585,9 @@ void Connection::pump() {
     progress |= move(u2c_, ufd_, cfd_, u_readable_, c_writable_, ctx_->counters.bytes_down);
     if (phase_ == Phase::closed) return;
   }
+  sync_out();
+  note_bulk(c2u_);
+  note_bulk(u2c_);
   // Order matters when both finish in one pump: the upstream's EOF first
   // would mark it as closing first.
   if (!u2c_was && u2c_.done && !c2u_was && c2u_.done) {
@@ -550,14 +620,15 @@ void Connection::on_dir_done(bool upstream_to_client) {
   }
   // The upstream is done sending and every byte reached the client.
   release_dir(u2c_);
-  ::shutdown(cfd_, SHUT_WR);
   if (!c2u_.done) {
+    ::shutdown(cfd_, SHUT_WR);
     upstream_closed_first_ = true;
     ctx_->engine->arm(this, ctx_->cfg->half_closed_timeout_ms);
     return;
   }
   // The client closed first and its FIN went upstream; the upstream's EOF
-  // completes an ordinary close.
+  // completes an ordinary close. (No shutdown first: the client's side is
+  // read to EOF, so close() sends the same FIN.)
   ++ctx_->counters.fin_closes;
   finish(false, false);
 }
@@ -623,9 +694,10 @@ void Connection::refuse(int status, const char* reason_phrase, const std::string
 }
 
 void Connection::release_dir(Dir& d) {
-  if (d.pipe_r >= 0) ctx_->pipes->put(d.pipe_r, d.pipe_w, d.pending == 0);
+  if (d.pipe_r >= 0) ctx_->pipes->put(d.pipe_r, d.pipe_w, d.pending == 0, d.grown);
   d.pipe_r = d.pipe_w = -1;
   d.pending = 0;
+  d.grown = false;
 }
 
 void Connection::finish(bool reset_client, bool reset_upstream) {

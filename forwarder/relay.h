@@ -15,6 +15,13 @@
 // upstream socket is closed with SO_LINGER {1,0}, an RST, so the host side
 // never holds the 4-tuple in TIME_WAIT. An error on either side resets both.
 //
+// Bulk directions. A direction is bulk once one pump() reads >= 64 KiB from
+// its source (data arrives faster than it is passed on); its pipe then grows
+// from the kernel's 64 KiB (16 slots, and a TCP segment's pages take at least
+// one slot each) to [limits] pipe_size, so one wake-up takes in and passes on
+// more at a time. Small exchanges keep small pipes (a slot costs 40 bytes of
+// kernel memory whether used or not).
+//
 // Ownership: a Connection owns both fds and its pipes; it deletes itself
 // (through Engine::retire) once both fds are closed and no thread-pool work is
 // in flight. Every method that may close is marked "may close"; callers check
@@ -40,19 +47,25 @@ namespace fy::fwd {
 class Stamper;
 class Attributor;
 
-// Pipes kept for reuse: only ever an empty pipe goes back.
+// Pipes kept for reuse: only ever an empty pipe of the kernel's default size
+// (64 KiB) goes back.
 class PipePool {
  public:
   static constexpr size_t kMax = 1024;
-  explicit PipePool(uint32_t size) : size_(size) {}
+  static constexpr int kDefaultSize = 64 * 1024;
+  // `bulk_size`: what grow() makes a pipe (0 or <= 64 KiB: grow() does nothing).
+  explicit PipePool(uint32_t bulk_size) : bulk_size_(bulk_size) {}
   ~PipePool();
-  // false when no pipe can be made (fd exhaustion).
+  // A pipe of the default size; false when none can be made (fd exhaustion).
   bool get(int* r, int* w);
-  void put(int r, int w, bool empty);
+  // Grows a pipe to the bulk size; true when it grew.
+  bool grow(int w);
+  // `grown`: grow() succeeded on it; it is shrunk back before reuse.
+  void put(int r, int w, bool empty, bool grown);
   size_t idle() const { return free_.size(); }
 
  private:
-  uint32_t size_;
+  uint32_t bulk_size_;
   std::vector<std::array<int, 2>> free_;
 };
 
@@ -85,6 +98,7 @@ struct Counters {
   uint64_t half_closed_timeouts = 0;
   uint64_t bytes_up = 0;
   uint64_t bytes_down = 0;
+  uint64_t bulk_dirs = 0;  // relay directions that turned bulk (their pipes grew)
 };
 
 struct RelayContext {
@@ -140,18 +154,25 @@ class Connection final : public Retirable, private TimerSlot {
   struct Side final : Watcher {
     Connection* c = nullptr;
     bool upstream = false;
+    bool out = false;  // EPOLLOUT is in the registered mask
     void on_io(uint32_t events) override { c->on_io(upstream, events); }
   };
   struct Dir {
     int pipe_r = -1;
     int pipe_w = -1;
-    size_t pending = 0;  // bytes in the pipe
-    bool eof = false;    // the source said EOF
-    bool done = false;   // EOF seen and every byte passed on
+    size_t pending = 0;   // bytes in the pipe
+    size_t read_now = 0;  // bytes read from the source in the current pump()
+    bool eof = false;     // the source said EOF
+    bool done = false;    // EOF seen and every byte passed on
+    bool bulk = false;    // one pump() read >= 64 KiB
+    bool grown = false;   // its pipe grew to pipe_size
   };
 
   void on_io(bool upstream, uint32_t events);
   void on_timer() override;
+  void set_out(Side& s, bool on);
+  void sync_out();
+  void note_bulk(Dir& d);
 
   void read_head();             // may close
   void on_head(const Head& h);  // may close
@@ -159,8 +180,9 @@ class Connection final : public Retirable, private TimerSlot {
   static void attrib_done(uv_work_t* w, int status);
   void dial();           // may close
   void check_connect();  // may close
-  void send_head();      // may close
-  void pump();           // may close
+  // `early`: straight after connect(), before its completion is known.
+  void send_head(bool early);  // may close
+  void pump();                 // may close
   bool move(Dir& d, int src, int dst, bool& src_readable, bool& dst_writable, uint64_t& bytes);
   void on_dir_done(bool upstream_to_client);   // may close
   void begin_rst_wait();                       // may close

@@ -53,6 +53,10 @@ def main():
     ap.add_argument("--fy-proxy", metavar="BIN",
                     help="measure against the real fy-proxy (this binary): it decrypts the TLS "
                          "samples, verifies the origin, checks stamps and writes its Network Log")
+    ap.add_argument("--stub-upstream", action="store_true",
+                    help="instead of a proxy, nginx answering every request itself at the "
+                         "proxy's address: the forwarder's own capacity (only --only small,rate "
+                         "make sense)")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--small", type=int, default=400, help="small requests per arm per round")
     ap.add_argument("--tls", type=int, default=60, help="CONNECT+TLS samples per arm per round")
@@ -62,8 +66,19 @@ def main():
     ap.add_argument("--rate-concurrency", type=int, default=64)
     ap.add_argument("--out", default=None,
                     help="JSON output (default: <build>/bench-forwarder.json)")
+    ap.add_argument("--forwarder", metavar="BIN",
+                    help="the fy-forwarder binary of the via arm (default: the build's)")
     ap.add_argument("--forwarder-extra", default="",
                     help="TOML appended to the forwarder's config (e.g. a [limits] table)")
+    ap.add_argument("--only", default="small,tls,tp,rate",
+                    help="which figures to measure (comma-separated: small,tls,tp,rate)")
+    ap.add_argument("--ab", metavar="FORWARDER",
+                    help="a third arm, via-b: this fy-forwarder binary ('same' for the build's "
+                         "own) with --ab-extra, alternated with via; prints paired differences")
+    ap.add_argument("--skip-direct", action="store_true",
+                    help="with --ab: only the two forwarder arms (A/B comparisons)")
+    ap.add_argument("--ab-extra", default=None,
+                    help="TOML appended to via-b's config (default: --forwarder-extra)")
     ap.add_argument("--hold", action="store_true",
                     help="after setting up, print the commands for each arm and wait for Enter "
                          "(for profiling by hand); no measurement")
@@ -134,142 +149,257 @@ http {{
                            "--netlog {dir}/egress.jsonl --upstream-ca {dir}/origin.crt "
                            "--log-level warn" % a.fy_proxy)
             a.proxy_name = "fy-proxy (%s)" % a.fy_proxy
+        if a.stub_upstream:
+            # Not a proxy: nginx answering every request itself, so that what is
+            # measured is the forwarder's own capacity, not the proxy's.
+            stub = os.path.join(d, "stub.conf")
+            with open(stub, "w") as f:
+                f.write("""user root;
+worker_processes 1;
+pid {d}/stub.pid;
+error_log {d}/stub-error.log;
+events {{ worker_connections 65536; }}
+http {{
+  access_log off;
+  client_body_temp_path {d}/s1; proxy_temp_path {d}/s2; fastcgi_temp_path {d}/s3;
+  uwsgi_temp_path {d}/s4; scgi_temp_path {d}/s5;
+  server {{
+    listen {g}:{p} backlog=4096 reuseport;
+    location / {{ return 200 "small\n"; }}
+  }}
+}}
+""".format(d=d, g=GATEWAY, p=PROXY_PORT))
+            a.proxy_cmd = "nginx -c %s -g 'daemon off;'" % stub
+            a.proxy_name = "a stub upstream (nginx answering every request itself; no proxy)"
         cmd = a.proxy_cmd.format(gateway=GATEWAY, port=PROXY_PORT, key=key_file, dir=d,
                                  bench=bench)
         proxy = t.start_in_host(shlex.split(cmd), name="proxy")
         t.wait_listening(t.host, GATEWAY, PROXY_PORT, proc=proxy)
-        fwd = t.start_forwarder(t.forwarder_config(key_file, bridge=True, vm=False).replace(
-            'log_level = "info"', 'log_level = "warn"') + a.forwarder_extra.replace("\\n", "\n"))
-        fwd_pid = fwd.pid
-
+        # Arms: the direct path, the forwarder under test ("via") and, with --ab, a
+        # second forwarder binary or configuration ("via-b"). Only one forwarder
+        # runs at a time (they share the listener's port); it is restarted when
+        # the arm changes.
         arms = {"direct": "%s:%d" % (DIRECT_ADDR, PROXY_PORT),
                 "via": "%s:%d" % (GATEWAY, PROXY_PORT)}
+        base_cfg = t.forwarder_config(key_file, bridge=True, vm=False).replace(
+            'log_level = "info"', 'log_level = "warn"')
+        fwd_spec = {"via": (a.forwarder and os.path.abspath(a.forwarder), a.forwarder_extra)}
+        if a.ab:
+            arms["via-b"] = arms["via"]
+            fwd_spec["via-b"] = (None if a.ab == "same" else os.path.abspath(a.ab),
+                                 a.ab_extra if a.ab_extra is not None else a.forwarder_extra)
+        if a.skip_direct:
+            del arms["direct"]
         cns = t.containers[0][0]
+        fwd_state = {"arm": None, "proc": None}
+        fwd_stats = {arm: {} for arm in fwd_spec}
+
+        def collect_stats():
+            arm = fwd_state["arm"]
+            if arm is None:
+                return
+            for k, v in t.stats().items():
+                if isinstance(v, int):
+                    fwd_stats[arm][k] = fwd_stats[arm].get(k, 0) + v
+
+        def use(arm):
+            """Makes sure the forwarder of `arm` (if any) is the one running."""
+            if arm == "direct" or fwd_state["arm"] == arm:
+                return
+            if fwd_state["proc"] is not None:
+                collect_stats()
+                fwd_state["proc"].stop()
+            exe, extra = fwd_spec[arm]
+            fwd_state["proc"] = t.start_forwarder(base_cfg + extra.replace("\\n", "\n"),
+                                                  name="forwarder-" + arm, exe=exe)
+            fwd_state["arm"] = arm
 
         def run(arm, *args):
+            use(arm)
             r = subprocess.run(["ip", "netns", "exec", cns, loadgen, "--proxy", arms[arm]] +
                                list(args), capture_output=True, text=True, timeout=600)
             if r.returncode != 0:
                 raise RuntimeError("loadgen failed: %s %s" % (r.stdout, r.stderr))
             return json.loads(r.stdout)
 
-        def fwd_cpu_ns():
-            with open("/proc/%d/schedstat" % fwd_pid) as f:
+        def fwd_cpu_ns(arm):
+            if arm == "direct":
+                return 0
+            with open("/proc/%d/schedstat" % fwd_state["proc"].pid) as f:
                 return int(f.read().split()[0])
 
         small_url = "http://%s/small" % ORIGIN
         big_url = "http://%s/big" % ORIGIN
         if a.hold:
-            for arm in arms:
+            use("via")
+            for arm in ("direct", "via"):
                 print("%s: ip netns exec %s %s --proxy %s --mode rate --url %s --seconds 5" % (
                     arm, cns, loadgen, arms[arm], small_url))
-            print("forwarder pid %d; press Enter to tear down" % fwd_pid, flush=True)
+                print("%s: ip netns exec %s %s --proxy %s --mode bulk --url %s --samples 4" % (
+                    arm, cns, loadgen, arms[arm], big_url))
+            print("forwarder pid %d; press Enter to tear down" % fwd_state["proc"].pid,
+                  flush=True)
             sys.stdin.readline()
             return
+        only = set(a.only.split(","))
         per_round = []
+        names = list(arms)
         for rnd in range(a.rounds):
-            order = ["direct", "via"] if rnd % 2 == 0 else ["via", "direct"]
+            order = names if rnd % 2 == 0 else names[::-1]
             res = {arm: {} for arm in arms}
-            for arm in order:
-                r = run(arm, "--mode", "small", "--url", small_url, "--samples", str(a.small))
-                res[arm]["small_p50_ms"] = percentile(r["us"], 0.5) / 1000
-                res[arm]["small_p99_ms"] = percentile(r["us"], 0.99) / 1000
-                res[arm]["small_failed"] = r["failed"]
-            for arm in order:
-                r = run(arm, "--mode", "tls", "--connect", "%s:443" % ORIGIN, "--path", "/small",
-                        "--samples", str(a.tls))
-                res[arm]["tls1_p50_ms"] = percentile(r["us"], 0.5) / 1000
-                r = run(arm, "--mode", "tls", "--connect", "%s:443" % ORIGIN, "--path", "/small",
-                        "--samples", str(max(1, a.tls // 8)), "--parallel", "8")
-                res[arm]["tls8_p50_ms"] = percentile(r["us"], 0.5) / 1000
-                res[arm]["tls_failed"] = r["failed"]
-            for arm in order:
-                for p, key in ((1, "tp1"), (4, "tp4")):
-                    c0 = fwd_cpu_ns()
-                    r = run(arm, "--mode", "bulk", "--url", big_url, "--samples", str(a.bulk),
-                            "--parallel", str(p))
-                    c1 = fwd_cpu_ns()
-                    res[arm][key + "_MBps"] = r["bytes"] / r["seconds"] / 1e6
-                    if arm == "via":
-                        res[arm][key + "_cpu_s_per_GiB"] = (c1 - c0) / 1e9 / (r["bytes"] / 2 ** 30)
-            for arm in order:
-                c0 = fwd_cpu_ns()
-                r = run(arm, "--mode", "rate", "--url", small_url, "--seconds",
-                        str(a.rate_seconds), "--concurrency", str(a.rate_concurrency))
-                c1 = fwd_cpu_ns()
-                res[arm]["conn_per_s"] = r["per_second"]
-                res[arm]["rate_errors"] = r["errors"]
-                if arm == "via" and r["completed"]:
-                    res[arm]["fwd_cpu_us_per_conn"] = (c1 - c0) / 1e3 / r["completed"]
+            if "small" in only:
+                for arm in order:
+                    r = run(arm, "--mode", "small", "--url", small_url, "--samples", str(a.small))
+                    res[arm]["small_p50_ms"] = percentile(r["us"], 0.5) / 1000
+                    res[arm]["small_p99_ms"] = percentile(r["us"], 0.99) / 1000
+                    res[arm]["small_failed"] = r["failed"]
+            if "tls" in only:
+                for arm in order:
+                    r = run(arm, "--mode", "tls", "--connect", "%s:443" % ORIGIN, "--path",
+                            "/small", "--samples", str(a.tls))
+                    res[arm]["tls1_p50_ms"] = percentile(r["us"], 0.5) / 1000
+                    res[arm]["tls_failed"] = r["failed"]
+                    r = run(arm, "--mode", "tls", "--connect", "%s:443" % ORIGIN, "--path",
+                            "/small", "--samples", str(max(1, a.tls // 8)), "--parallel", "8")
+                    res[arm]["tls8_p50_ms"] = percentile(r["us"], 0.5) / 1000
+                    res[arm]["tls_failed"] += r["failed"]
+            if "tp" in only:
+                for arm in order:
+                    for p, key in ((1, "tp1"), (4, "tp4")):
+                        run(arm, "--mode", "small", "--url", small_url, "--samples", "1")
+                        c0 = fwd_cpu_ns(arm)
+                        r = run(arm, "--mode", "bulk", "--url", big_url, "--samples",
+                                str(a.bulk), "--parallel", str(p))
+                        c1 = fwd_cpu_ns(arm)
+                        res[arm][key + "_MBps"] = r["bytes"] / r["seconds"] / 1e6
+                        if arm != "direct":
+                            res[arm][key + "_cpu_s_per_GiB"] = ((c1 - c0) / 1e9 /
+                                                                (r["bytes"] / 2 ** 30))
+                    if arm != "direct":
+                        res[arm]["cpu_s_per_GiB"] = (res[arm]["tp1_cpu_s_per_GiB"] +
+                                                     res[arm]["tp4_cpu_s_per_GiB"]) / 2
+            if "rate" in only:
+                for arm in order:
+                    run(arm, "--mode", "small", "--url", small_url, "--samples", "1")
+                    c0 = fwd_cpu_ns(arm)
+                    r = run(arm, "--mode", "rate", "--url", small_url, "--seconds",
+                            str(a.rate_seconds), "--concurrency", str(a.rate_concurrency))
+                    c1 = fwd_cpu_ns(arm)
+                    res[arm]["conn_per_s"] = r["per_second"]
+                    res[arm]["rate_errors"] = r["errors"]
+                    if arm != "direct" and r["completed"]:
+                        res[arm]["fwd_cpu_us_per_conn"] = (c1 - c0) / 1e3 / r["completed"]
             per_round.append(res)
-            print("round %d/%d: small p50 direct %.3f via %.3f ms; %d vs %d conn/s" % (
-                rnd + 1, a.rounds, res["direct"]["small_p50_ms"], res["via"]["small_p50_ms"],
-                res["direct"]["conn_per_s"], res["via"]["conn_per_s"]), file=sys.stderr)
+            print("round %d/%d (load %s): %s" % (
+                rnd + 1, a.rounds, " ".join(open("/proc/loadavg").read().split()[:3]),
+                "; ".join("%s %s" % (arm, " ".join(
+                    "%s=%.4g" % (k, v) for k, v in sorted(res[arm].items()) if
+                    not k.endswith("failed") and not k.endswith("errors")))
+                          for arm in names)), file=sys.stderr)
+        collect_stats()
 
         def med(arm, key):
-            vals = [r[arm][key] for r in per_round if key in r[arm]]
+            vals = [r[arm][key] for r in per_round if key in r.get(arm, {})]
+            return statistics.median(vals) if vals else None
+
+        def paired(arm_a, arm_b, key):
+            vals = [r[arm_b][key] - r[arm_a][key] for r in per_round
+                    if key in r.get(arm_a, {}) and key in r.get(arm_b, {})]
             return statistics.median(vals) if vals else None
 
         keys = ["small_p50_ms", "small_p99_ms", "tls1_p50_ms", "tls8_p50_ms", "tp1_MBps",
-                "tp4_MBps", "conn_per_s"]
-        summary = {k: {"direct": med("direct", k), "via": med("via", k)} for k in keys}
-        cpu = statistics.median([(r["via"]["tp1_cpu_s_per_GiB"] + r["via"]["tp4_cpu_s_per_GiB"])
-                                 / 2 for r in per_round])
-        summary["fwd_cpu_s_per_GiB"] = {"via": cpu}
-        summary["fwd_cpu_us_per_conn"] = {"via": med("via", "fwd_cpu_us_per_conn")}
-        errors = {arm: sum(r[arm].get("small_failed", 0) + r[arm].get("tls_failed", 0) +
-                           r[arm].get("rate_errors", 0) for r in per_round) for arm in arms}
-        stats = t.stats()
+                "tp4_MBps", "conn_per_s", "cpu_s_per_GiB", "fwd_cpu_us_per_conn"]
+        all_arms = ["direct"] + list(fwd_spec)
+        summary = {k: {arm: med(arm, k) for arm in all_arms} for k in keys}
+        summary["fwd_cpu_s_per_GiB"] = {arm: summary["cpu_s_per_GiB"][arm] for arm in fwd_spec}
+        errors = {arm: sum(r.get(arm, {}).get("small_failed", 0) +
+                           r.get(arm, {}).get("tls_failed", 0) +
+                           r.get(arm, {}).get("rate_errors", 0) for r in per_round)
+                  for arm in all_arms}
+        stats = fwd_stats["via"]
         # Paired differences per round (the same round's direct and via).
-        added_p50 = statistics.median([r["via"]["small_p50_ms"] - r["direct"]["small_p50_ms"]
-                                       for r in per_round])
-        added_p99 = statistics.median([r["via"]["small_p99_ms"] - r["direct"]["small_p99_ms"]
-                                       for r in per_round])
+        added_p50 = paired("direct", "via", "small_p50_ms")
+        added_p99 = paired("direct", "via", "small_p99_ms")
 
     s = summary
+
+    def f(fmt, v):
+        return "-" if v is None else fmt % v
+
+    def pct(x, y):
+        return "-" if x is None or y is None else "%.0f %%" % (100 * x / y)
+
+    def diff(x, y, fmt):
+        return "-" if x is None or y is None else fmt % (x - y)
+
+    def verdict(ok):
+        return "" if ok is None else (" ok" if ok else " MISSED")
+
+    def ge(x, y):
+        return None if x is None or y is None else x >= y
+
+    def le(x, y):
+        return None if x is None else x <= y
+
     rows = [
-        ("small request, p50", "%.3f ms", "small_p50_ms", "%+.3f ms" % added_p50,
-         "<= +0.05 ms", added_p50 <= 0.05),
-        ("small request, p99", "%.3f ms", "small_p99_ms", "%+.3f ms" % added_p99,
-         "<= +0.2 ms", added_p99 <= 0.2),
+        ("small request, p50", "%.3f ms", "small_p50_ms", f("%+.3f ms", added_p50),
+         "<= +0.05 ms", le(added_p50, 0.05)),
+        ("small request, p99", "%.3f ms", "small_p99_ms", f("%+.3f ms", added_p99),
+         "<= +0.2 ms", le(added_p99, 0.2)),
         ("CONNECT + TLS, p50", "%.2f ms", "tls1_p50_ms",
-         "%+.3f ms" % (s["tls1_p50_ms"]["via"] - s["tls1_p50_ms"]["direct"]), "", None),
+         diff(s["tls1_p50_ms"]["via"], s["tls1_p50_ms"]["direct"], "%+.3f ms"), "", None),
         ("CONNECT + TLS, 8 parallel, p50", "%.2f ms", "tls8_p50_ms",
-         "%+.3f ms" % (s["tls8_p50_ms"]["via"] - s["tls8_p50_ms"]["direct"]), "", None),
+         diff(s["tls8_p50_ms"]["via"], s["tls8_p50_ms"]["direct"], "%+.3f ms"), "", None),
         ("throughput, 1 client", "%.0f MB/s", "tp1_MBps",
-         "%.0f %%" % (100 * s["tp1_MBps"]["via"] / s["tp1_MBps"]["direct"]), ">= 90 %",
-         s["tp1_MBps"]["via"] >= 0.9 * s["tp1_MBps"]["direct"]),
+         pct(s["tp1_MBps"]["via"], s["tp1_MBps"]["direct"]), ">= 90 %",
+         ge(s["tp1_MBps"]["via"], None if s["tp1_MBps"]["direct"] is None else
+            0.9 * s["tp1_MBps"]["direct"])),
         ("throughput, 4 parallel", "%.0f MB/s", "tp4_MBps",
-         "%.0f %%" % (100 * s["tp4_MBps"]["via"] / s["tp4_MBps"]["direct"]), ">= 90 %",
-         s["tp4_MBps"]["via"] >= 0.9 * s["tp4_MBps"]["direct"]),
+         pct(s["tp4_MBps"]["via"], s["tp4_MBps"]["direct"]), ">= 90 %",
+         ge(s["tp4_MBps"]["via"], None if s["tp4_MBps"]["direct"] is None else
+            0.9 * s["tp4_MBps"]["direct"])),
         ("new connections per second", "%.0f /s", "conn_per_s",
-         "%.0f %%" % (100 * s["conn_per_s"]["via"] / s["conn_per_s"]["direct"]),
-         ">= 20,000 /s via", s["conn_per_s"]["via"] >= 20000),
+         pct(s["conn_per_s"]["via"], s["conn_per_s"]["direct"]),
+         ">= 20,000 /s via", ge(s["conn_per_s"]["via"], 20000)),
     ]
+    cpu = s["cpu_s_per_GiB"]["via"]
     out = []
     out.append("proxy: %s; origin: nginx; %d rounds, arms alternating; every sample a new "
                "connection; medians of round figures" % (a.proxy_name, a.rounds))
     out.append("%-32s %12s %18s %12s  %s" % ("", "direct", "via the forwarder", "added",
                                               "target"))
     for name, fmt, key, added, target, ok in rows:
-        mark = "" if ok is None else (" ok" if ok else " MISSED")
-        out.append("%-32s %12s %18s %12s  %s%s" % (name, fmt % s[key]["direct"],
-                                                     fmt % s[key]["via"], added, target, mark))
+        out.append("%-32s %12s %18s %12s  %s%s" % (name, f(fmt, s[key]["direct"]),
+                                                     f(fmt, s[key]["via"]), added, target,
+                                                     verdict(ok)))
     out.append("%-32s %12s %18s %12s  %s%s" % (
-        "forwarder CPU per GiB relayed", "-", "%.3f s" % cpu, "", "<= 0.3 s",
-        " ok" if cpu <= 0.3 else " MISSED"))
+        "forwarder CPU per GiB relayed", "-", f("%.3f s", cpu), "", "<= 0.3 s",
+        verdict(le(cpu, 0.3))))
     out.append("%-32s %12s %18s" % ("forwarder CPU per connection", "-",
-                                    "%.1f us" % s["fwd_cpu_us_per_conn"]["via"]))
+                                    f("%.1f us", s["fwd_cpu_us_per_conn"]["via"])))
     out.append("errors: direct %d, via %d; forwarder: %d stamped, %d refused, %d upstream "
-               "failures" % (errors["direct"], errors["via"], stats["stamped"],
-                             stats["refused_head"], stats["upstream_failed"]))
+               "failures" % (errors["direct"], errors["via"], stats.get("stamped", 0),
+                             stats.get("refused_head", 0), stats.get("upstream_failed", 0)))
+    ab = None
+    if a.ab:
+        ab = {k: paired("via", "via-b", k) for k in keys}
+        out.append("")
+        out.append("A/B: via = %s %r; via-b = %s %r" % (
+            a.build, a.forwarder_extra, a.ab, fwd_spec["via-b"][1]))
+        out.append("%-32s %12s %12s %14s" % ("", "via", "via-b", "b - a (paired)"))
+        for k in keys:
+            if s[k]["via"] is None:
+                continue
+            out.append("%-32s %12.4g %12.4g %+14.4g" % (k, s[k]["via"], s[k]["via-b"], ab[k]))
+        out.append("errors: via-b %d" % errors["via-b"])
     print("\n".join(out))
     path = a.out or os.path.join(os.path.abspath(a.build), "bench-forwarder.json")
-    with open(path, "w") as f:
+    with open(path, "w") as fh:
         json.dump({"proxy": a.proxy_name, "rounds": a.rounds, "summary": summary,
                    "added_small_p50_ms": added_p50, "added_small_p99_ms": added_p99,
-                   "errors": errors, "forwarder_stats": stats, "per_round": per_round,
-                   "table": out}, f, indent=1)
+                   "ab_paired": ab, "errors": errors, "forwarder_stats": stats,
+                   "forwarder_stats_by_arm": fwd_stats, "per_round": per_round,
+                   "table": out}, fh, indent=1)
     print("(JSON: %s)" % path)
 
 

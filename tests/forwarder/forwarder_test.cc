@@ -3,6 +3,10 @@
 // and the stamp sequence record. The relay, the namespaces and attribution
 // are tested with real kernel parts by the Python tests beside this file.
 #include <doctest/doctest.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -16,6 +20,8 @@
 #include "forwarder/attrib.h"
 #include "forwarder/config.h"
 #include "forwarder/head.h"
+#include "forwarder/netns.h"
+#include "forwarder/relay.h"
 #include "forwarder/stamper.h"
 
 using namespace fy;
@@ -261,6 +267,7 @@ attribution = "proc"
   CHECK_FALSE(c->vm.walled(0));
   CHECK_FALSE(c->vm.walled(165536));
   CHECK(c->vm.attribution == AttributionMode::proc);
+  CHECK(c->pipe_size == 1024 * 1024);  // a bulk direction's pipe; pipes start at 64 KiB
 
   auto bad = parse_config("key_file = \"/k\"\n[upstream]\nhost = \"gw\"\nporrt = 1\n", "b.toml");
   REQUIRE_FALSE(bad.ok());
@@ -279,6 +286,53 @@ attribution = "proc"
   CHECK(parse_uid_range("100000-165535").ok());
   CHECK_FALSE(parse_uid_range("5-4").ok());
   CHECK_FALSE(parse_uid_range("x").ok());
+}
+
+TEST_CASE("accepted sockets inherit TCP_NODELAY from the listener") {
+  // Connection::start() relies on it instead of a setsockopt per connection.
+  auto l = listen_tcp("127.0.0.1", 0, 8);
+  REQUIRE(l.ok());
+  sockaddr_in a{};
+  socklen_t len = sizeof a;
+  REQUIRE(getsockname(l->get(), reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  int c = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(c >= 0);
+  REQUIRE(::connect(c, reinterpret_cast<sockaddr*>(&a), len) == 0);
+  int s = -1;
+  for (int i = 0; i < 100 && s < 0; ++i) {
+    s = ::accept4(l->get(), nullptr, nullptr, SOCK_CLOEXEC);
+    if (s < 0) usleep(1000);
+  }
+  REQUIRE(s >= 0);
+  int v = 0;
+  socklen_t vl = sizeof v;
+  REQUIRE(getsockopt(s, IPPROTO_TCP, TCP_NODELAY, &v, &vl) == 0);
+  CHECK(v != 0);
+  ::close(s);
+  ::close(c);
+}
+
+TEST_CASE("the pipe pool: pipes start at 64 KiB, grow for bulk, shrink before reuse") {
+  PipePool pool(1024 * 1024);
+  int r = -1, w = -1;
+  REQUIRE(pool.get(&r, &w));
+  CHECK(fcntl(w, F_GETPIPE_SZ) == 64 * 1024);
+  bool grew = pool.grow(w);
+  // Past fs.pipe-max-size only with CAP_SYS_RESOURCE; either way it is a valid pipe.
+  if (grew) CHECK(fcntl(w, F_GETPIPE_SZ) == 1024 * 1024);
+  pool.put(r, w, true, grew);
+  CHECK(pool.idle() == 1);
+  int r2 = -1, w2 = -1;
+  REQUIRE(pool.get(&r2, &w2));
+  CHECK(r2 == r);
+  CHECK(fcntl(w2, F_GETPIPE_SZ) == 64 * 1024);
+  pool.put(r2, w2, false, false);  // not empty: closed, not kept
+  CHECK(pool.idle() == 0);
+
+  PipePool fixed(0);
+  REQUIRE(fixed.get(&r, &w));
+  CHECK_FALSE(fixed.grow(w));
+  fixed.put(r, w, true, false);
 }
 
 TEST_CASE("cgroup paths are classified by their outermost scope") {

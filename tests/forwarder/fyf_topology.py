@@ -383,8 +383,9 @@ class Topology:
                       'attribution = "%s"' % attribution, ""]
         return "\n".join(lines) + "\n" + extra
 
-    def start_forwarder(self, config_text, name="forwarder", wait=True, args=()):
-        exe = os.path.join(build_dir(), "forwarder", "fy-forwarder")
+    def start_forwarder(self, config_text, name="forwarder", wait=True, args=(), exe=None):
+        """Starts fy-forwarder (`exe`, default: the build directory's) in the VM namespace."""
+        exe = exe or os.path.join(build_dir(), "forwarder", "fy-forwarder")
         cfg = self.path(name + ".toml")
         with open(cfg, "w") as f:
             f.write(config_text)

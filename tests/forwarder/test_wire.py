@@ -174,6 +174,36 @@ class Wire(unittest.TestCase):
         self.assertAlmostEqual(second - first_syns[0], 2.0, delta=0.3)
         self.assertEqual(RIG.topo.stats()["redials"] - before["redials"], 1)
 
+    def test_refused_connect_is_not_redialled(self):
+        # Nothing listens on the proxy's port for a moment: the RST comes back
+        # inside the forwarder's connect() (veth), so this is the early-send
+        # path's failure, answered at once with the kernel's reason.
+        self.restart_forwarder()
+        before = RIG.topo.stats()
+        rules = ("table inet fyf_rst {\n chain in {\n  type filter hook input priority -10;\n"
+                 "  tcp dport %d tcp flags & (syn | ack) == syn reject with tcp reset\n }\n}\n"
+                 % PROXY_PORT)
+        subprocess.run(["ip", "netns", "exec", RIG.topo.host, "nft", "-f", "-"], input=rules,
+                       text=True, check=True, timeout=10)
+        try:
+            with Capture("refused") as cap:
+                t0 = time.monotonic()
+                res = RIG.client(0, get("http://%s/refused" % ORIGIN), timeout=20)[0]
+                elapsed = time.monotonic() - t0
+        finally:
+            subprocess.run(["ip", "netns", "exec", RIG.topo.host, "nft", "delete", "table",
+                            "inet", "fyf_rst"], check=False, timeout=10, capture_output=True)
+        self.assertEqual(res.get("status"), 502, res)
+        self.assertIn("Connection refused", res["response"])
+        self.assertIn("Fy-Forwarder-Refusal: upstream", res["response"])
+        self.assertEqual(len(self.syn_ports(cap)), 1)  # no re-dial
+        self.assertLess(elapsed, 1.0)
+        after = RIG.topo.stats()
+        self.assertEqual(after["upstream_failed"] - before["upstream_failed"], 1)
+        self.assertEqual(after["redials"] - before["redials"], 0)
+        # And the next connection, with the port open again, goes through.
+        self.assertEqual(RIG.client(0, get("http://%s/after" % ORIGIN))[0].get("status"), 200)
+
     def test_redials_are_bounded_then_502(self):
         self.restart_forwarder(connect_timeout_ms=300, redials=8)
         self.drop_syns()
