@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -34,7 +35,8 @@ usage: fy-proxy [options]
   --host-env FILE           the host env file: FY_INJECT_<SWITCH>=<secret> lines
   --build-tokens FILE       hashed build secrets: {"tokens": {"<sha256>": "<expiry>"}}
   --learn-window SECONDS    learn window of a first-start policy (default 3600, max 28800)
-  --max-connections N       clients at once; more are answered 503 (default 16384)
+  --max-connections N       clients at once; more are answered 503 (default 16384;
+                            lowered to what the open-file limit holds, 2 per client)
   --max-head-bytes N        request head limit, 431 beyond (default 65536)
   --max-headers N           header count limit, 431 beyond (default 100)
   --head-timeout S          a started request head must arrive within S (408; default 10)
@@ -244,6 +246,28 @@ Result<void> apply_file(Config& c, const std::string& path) {
 }
 
 }  // namespace
+
+ConnectionBudget connection_budget(uint64_t nofile, uint32_t configured) {
+  constexpr uint64_t kFixed = 32;      // stdio, epoll, signals, listeners, logs, watches, DNS
+  constexpr uint64_t kPoolShare = 16;  // 1/16 of the limit for pooled origins, admin, minters
+  constexpr uint64_t kPerConnection = 2;
+  auto reserve_for = [](uint64_t n) { return kFixed + n / kPoolShare; };
+  auto fits = [&](uint64_t n) {
+    uint64_t r = reserve_for(n);
+    return n > r ? (n - r) / kPerConnection : 0;
+  };
+  ConnectionBudget b;
+  nofile = std::min<uint64_t>(nofile, uint64_t{1} << 32);  // RLIM_INFINITY and friends
+  b.reserve = reserve_for(nofile);
+  b.max_connections = static_cast<uint32_t>(std::min<uint64_t>(fits(nofile), configured));
+  b.lowered = b.max_connections < configured;
+  // The smallest limit that admits `configured`: solve, then settle the rounding.
+  uint64_t n = (kPerConnection * configured + kFixed) * kPoolShare / (kPoolShare - 1);
+  while (fits(n) < configured) ++n;
+  while (n > 1 && fits(n - 1) >= configured) --n;
+  b.nofile_needed = n;
+  return b;
+}
 
 Result<Config> parse_args(int argc, char** argv) {
   Config c;

@@ -51,6 +51,21 @@ struct Config {
   Limits limits;
 };
 
+// How many clients fit in the open-file limit (RLIMIT_NOFILE). A proxied
+// connection holds up to two descriptors (the client's and the origin's); a
+// reserve is kept back for everything else: stdio, the event loop, the
+// listeners and their spares, the Network Log and its rotation, policy
+// watches, admin requests, DNS lookups, credential minters, and idle pooled
+// origin connections (1/16 of the limit). Clients past `max_connections` are
+// answered 503 while descriptors remain to answer them.
+struct ConnectionBudget {
+  uint32_t max_connections = 0;  // what the proxy admits: min(configured, what fits)
+  uint64_t reserve = 0;          // descriptors kept back from clients
+  uint64_t nofile_needed = 0;    // the open-file limit that would admit `configured`
+  bool lowered = false;          // max_connections < configured
+};
+ConnectionBudget connection_budget(uint64_t nofile, uint32_t configured);
+
 // Parses argv (and the --config file it names). On --help / --version the
 // returned error has code Errc::closed and the text to print.
 Result<Config> parse_args(int argc, char** argv);

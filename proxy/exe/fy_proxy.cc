@@ -3,7 +3,9 @@
 #include <sys/resource.h>
 #include <uv.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 
 #include "core/log.h"
 #include "core/loop.h"
@@ -22,11 +24,16 @@ int main(int argc, char** argv) {
   }
   fy::log::init("fy-proxy", config->log_level);
   signal(SIGPIPE, SIG_IGN);
-  // Hold as many sockets as the hard limit allows.
+  // Hold as many sockets as the hard limit allows; Server::start() fits
+  // --max-connections into what this limit holds (and says so).
   rlimit rl;
   if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rlim_t soft = rl.rlim_cur;
     rl.rlim_cur = rl.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &rl);
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+      fy::log::warn("cannot raise the open-file limit from {} to the hard limit {}: {}",
+                    static_cast<uint64_t>(soft), static_cast<uint64_t>(rl.rlim_max),
+                    strerror(errno));
   }
 
   uv_loop_t loop;

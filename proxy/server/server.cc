@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <openssl/crypto.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -21,26 +22,37 @@
 
 namespace fy::proxy {
 
+void WouldBlockLimiter::forget_expired(int64_t now_ms) {
+  while (!order_.empty() && now_ms - order_.front().last_ms >= kIntervalMs) {
+    last_.erase(order_.front().key);
+    order_.pop_front();
+  }
+}
+
 bool WouldBlockLimiter::allow(const std::string& key, int64_t now_ms, int64_t window_id) {
   if (window_id != window_id_) {
     // A new observation window: every key may be reported again.
     last_.clear();
+    order_.clear();
     window_id_ = window_id;
   }
+  forget_expired(now_ms);
   auto it = last_.find(key);
   if (it != last_.end()) {
-    if (now_ms - it->second < kIntervalMs) return false;
-    it->second = now_ms;
+    int64_t since = now_ms - it->second->last_ms;
+    if (since >= 0 && since < kIntervalMs) return false;
+    // Reported again (the clock stepped back): it is now the newest.
+    it->second->last_ms = now_ms;
+    order_.splice(order_.end(), order_, it->second);
     return true;
   }
   if (last_.size() >= kMaxKeys) {
-    // Bounded: drop entries whose interval has passed; if none has, start over.
-    for (auto i = last_.begin(); i != last_.end();) {
-      i = now_ms - i->second >= kIntervalMs ? last_.erase(i) : std::next(i);
-    }
-    if (last_.size() >= kMaxKeys) last_.clear();
+    // Full of keys still within their interval: the oldest report makes room.
+    last_.erase(order_.front().key);
+    order_.pop_front();
   }
-  last_.emplace(key, now_ms);
+  order_.push_back(Entry{key, now_ms});
+  last_.emplace(order_.back().key, std::prev(order_.end()));
   return true;
 }
 
@@ -115,15 +127,16 @@ Result<void> Server::start() {
 
   FY_TRY(load_policy_initial());
   credentials_->update(policy_->rules(), policy_->rules().defaults);
+  FY_TRY(fit_connection_limit());
 
-  uv_tcp_init(loop_, &listener_);
-  listener_.data = this;
-  auto port = bind_and_listen(&listener_, config_.listen, 1024, on_connection);
+  listener_ = std::make_unique<Listener>(
+      loop_, 1024, [this](uv_stream_t* l) { on_connection(l); },
+      [this](int status) { accept_failed("proxy", status); });
+  auto port = listener_->listen(config_.listen);
   if (!port) {
-    uv_close(reinterpret_cast<uv_handle_t*>(&listener_), nullptr);
+    listener_->close();
     return Error{Errc::refused, port.error().message};
   }
-  listening_ = true;
   int admin_port = 0;
   if (config_.admin != "off") {
     admin_ = std::make_unique<Admin>(*this, loop_);
@@ -299,24 +312,58 @@ void Server::on_policy_timer(uv_timer_t* h) {
   s->arm_policy_timer();
 }
 
-void Server::on_connection(uv_stream_t* l, int status) {
-  auto* s = static_cast<Server*>(l->data);
-  if (status < 0) {
-    log::warn("accept failed: {}", uv::error_string(status));
+Result<void> Server::fit_connection_limit() {
+  rlimit rl;
+  nofile_ = getrlimit(RLIMIT_NOFILE, &rl) == 0 ? rl.rlim_cur : 1024;
+  ConnectionBudget b = connection_budget(nofile_, config_.limits.max_connections);
+  max_connections_ = b.max_connections;
+  if (max_connections_ == 0)
+    return make_error(Errc::invalid_argument,
+                      "the open-file limit (RLIMIT_NOFILE) is {}, too low to serve a single "
+                      "client: raise it to at least {} (systemd: LimitNOFILE=; a shell: ulimit -n) "
+                      "and start again",
+                      nofile_, connection_budget(0, 1).nofile_needed);
+  if (b.lowered)
+    log::warn("connection limit lowered from {} to {}: the open-file limit (RLIMIT_NOFILE) is {}, "
+              "and each client needs up to 2 descriptors (client and origin) beyond a reserve of "
+              "{}; past {} clients get 503. To admit {}, raise the limit to at least {} "
+              "(systemd: LimitNOFILE={}; a shell: ulimit -n {}) and restart, or set "
+              "--max-connections {} to silence this",
+              config_.limits.max_connections, max_connections_, nofile_, b.reserve,
+              max_connections_, config_.limits.max_connections, b.nofile_needed, b.nofile_needed,
+              b.nofile_needed, max_connections_);
+  return {};
+}
+
+void Server::on_connection(uv_stream_t* l) {
+  if (draining_) return;
+  if (open_ >= max_connections_) {
+    refuse_over_limit(l);
     return;
   }
-  if (s->draining_) return;
-  if (s->open_ >= s->config_.limits.max_connections) {
-    s->refuse_over_limit(l);
-    return;
-  }
-  auto* c = new Connection(*s, s->next_id_++);
-  ++s->open_;
-  ++s->metrics_.connections_accepted;
-  c->next = s->head_;
-  if (s->head_) s->head_->prev = c;
-  s->head_ = c;
+  auto* c = new Connection(*this, next_id_++);
+  ++open_;
+  ++metrics_.connections_accepted;
+  c->next = head_;
+  if (head_) head_->prev = c;
+  head_ = c;
   c->accept(l);
+}
+
+void Server::accept_failed(const char* which, int status) {
+  ++metrics_.accept_failures;
+  static log::RateLimit limit(1, 10'000);
+  uint64_t suppressed = 0;
+  if (!limit.allow(mono_ms(), &suppressed)) return;
+  bool fds = status == UV_EMFILE || status == UV_ENFILE;
+  log::warn("{} listener: accepting a client failed ({}){}; not accepting for {} ms, then "
+            "retrying ({} more since the last line)",
+            which, uv::error_string(status),
+            fds ? fmt::format(": out of file descriptors (open-file limit {}, {} clients open); "
+                              "raise LimitNOFILE / ulimit -n or lower --max-connections",
+                              nofile_, open_)
+                : std::string(),
+            listener_ ? listener_->pause_ms() : 100, suppressed);
 }
 
 void Server::refuse_over_limit(uv_stream_t* l) {
@@ -330,9 +377,11 @@ void Server::refuse_over_limit(uv_stream_t* l) {
   ++metrics_.connections_refused_limit;
   if (uv_accept(l, reinterpret_cast<uv_stream_t*>(&r->tcp)) == 0) {
     std::string body = fmt::format(
-        "foldyard's proxy is at its connection limit ({}); retry shortly, or raise "
-        "--max-connections\n",
-        config_.limits.max_connections);
+        "foldyard's proxy is at its connection limit ({}); retry shortly, or raise {}\n",
+        max_connections_,
+        max_connections_ < config_.limits.max_connections
+            ? "the proxy's open-file limit (LimitNOFILE / ulimit -n)"
+            : "--max-connections");
     std::string msg = fmt::format(
         "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
         "Content-Length: {}\r\nConnection: close\r\nRetry-After: 1\r\n\r\n{}",
@@ -344,7 +393,7 @@ void Server::refuse_over_limit(uv_stream_t* l) {
   uint64_t suppressed = 0;
   if (limit.allow(mono_ms(), &suppressed))
     log::warn("connection limit {} reached: answering 503 ({} more since the last line)",
-              config_.limits.max_connections, suppressed);
+              max_connections_, suppressed);
   uv_close(reinterpret_cast<uv_handle_t*>(&r->tcp),
            [](uv_handle_t* h) { delete static_cast<Refused*>(h->data); });
 }
@@ -395,10 +444,7 @@ void Server::begin_drain() {
   draining_ = true;
   log::info("draining: {} connections open; exiting when they finish (at most {} s)", open_,
             config_.limits.drain_timeout_ms / 1000);
-  if (listening_) {
-    uv_close(reinterpret_cast<uv_handle_t*>(&listener_), nullptr);
-    listening_ = false;
-  }
+  if (listener_) listener_->close();
   origin_pool_->close();
   for (Connection* c = head_; c;) {
     Connection* next = c->next;
@@ -432,10 +478,7 @@ void Server::close_handles() {
     if (!uv_is_closing(reinterpret_cast<uv_handle_t*>(h)))
       uv_close(reinterpret_cast<uv_handle_t*>(h), nullptr);
   };
-  if (listening_) {
-    close(&listener_);
-    listening_ = false;
-  }
+  if (listener_) listener_->close();
   if (admin_) admin_->close();
   close(&sighup_);
   close(&sigterm_);
@@ -452,10 +495,10 @@ void Server::close_handles() {
 
 std::string Server::health() const {
   int64_t now = wall_ms();
-  return fmt::format("ok\npolicy: {}\n{}connections: {}\n", policy_->summary(now),
+  return fmt::format("ok\npolicy: {}\n{}connections: {} (limit {})\n", policy_->summary(now),
                      policy_->failed_closed() ? "policy FAILED CLOSED: " + policy_->failure() + "\n"
                                               : "",
-                     open_);
+                     open_, max_connections_);
 }
 
 std::string Server::render_metrics() const {
@@ -470,6 +513,12 @@ std::string Server::render_metrics() const {
   };
   const Metrics& m = metrics_;
   gauge("fy_connections_open", "Client connections open now.", open_);
+  gauge("fy_connections_limit",
+        "Clients admitted at once: --max-connections, or less if the open-file limit holds fewer.",
+        max_connections_);
+  gauge("fy_open_files_limit", "The open-file limit (RLIMIT_NOFILE) at start.", nofile_);
+  counter("fy_accept_failures_total", "accept(2) failures (e.g. EMFILE); each pauses accepting.",
+          m.accept_failures);
   counter("fy_connections_accepted_total", "Client connections accepted.", m.connections_accepted);
   counter("fy_connections_refused_limit_total", "Connections answered 503 at the limit.",
           m.connections_refused_limit);

@@ -6,8 +6,10 @@
 #include <openssl/ssl.h>
 #include <uv.h>
 
+#include <list>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 #include "core/result.h"
@@ -27,18 +29,31 @@ namespace fy::proxy {
 class Connection;
 class Admin;
 class FileWatch;
+class Listener;
 class OriginPool;
 
-// At most one would_block row per key per 60 s; the map holds at most 4096
-// keys and starts over when a new observation window begins.
+// At most one would_block row per key per 60 s. At most 4096 keys are
+// remembered: a key past its interval is forgotten, and when the map is full
+// the key reported longest ago makes room, so a flood of new keys never resets
+// the limit of the keys seen recently. A new observation window starts over.
+// The clock is the caller's (`now_ms`); a clock that steps back lets a key be
+// reported again rather than silencing it until the clock catches up.
 class WouldBlockLimiter {
  public:
   static constexpr int64_t kIntervalMs = 60'000;
   static constexpr size_t kMaxKeys = 4096;
   bool allow(const std::string& key, int64_t now_ms, int64_t window_id);
+  size_t size() const { return last_.size(); }
 
  private:
-  std::unordered_map<std::string, int64_t> last_;
+  struct Entry {
+    std::string key;
+    int64_t last_ms;
+  };
+  void forget_expired(int64_t now_ms);
+  // Oldest report first; last_ points into it (list nodes are stable).
+  std::list<Entry> order_;
+  std::unordered_map<std::string_view, std::list<Entry>::iterator> last_;
   int64_t window_id_ = 0;
 };
 
@@ -80,6 +95,11 @@ class Server {
   inject::CredentialStore& credentials() { return *credentials_; }
   const inject::BuildTokens& build_tokens() const { return build_tokens_; }
   uint64_t open_connections() const { return open_; }
+  // --max-connections, lowered at start to what the open-file limit holds.
+  uint32_t max_connections() const { return max_connections_; }
+  // A listener's accept(2) failed (`which`: "proxy" or "admin"): counted and
+  // logged (rate-limited); the listener pauses accepting briefly.
+  void accept_failed(const char* which, int status);
 
   // Called by a connection when it starts closing (it leaves the list) and
   // when its memory is gone.
@@ -90,7 +110,8 @@ class Server {
   std::string health() const;
 
  private:
-  static void on_connection(uv_stream_t* server, int status);
+  void on_connection(uv_stream_t* listener);
+  Result<void> fit_connection_limit();
   static void on_signal(uv_signal_t* h, int signum);
   static void on_prepare(uv_prepare_t* h);
   static void on_policy_timer(uv_timer_t* h);
@@ -131,19 +152,20 @@ class Server {
   std::string build_tokens_error_;
   std::unique_ptr<FileWatch> policy_watch_, host_env_watch_, tokens_watch_;
 
-  uv_tcp_t listener_;
+  std::unique_ptr<Listener> listener_;
   uv_signal_t sighup_, sigterm_, sigint_;
   uv_prepare_t prepare_;
   uv_timer_t policy_timer_;  // fires when a learn window closes or a grant expires
   uv_timer_t drain_timer_;
   uv_timer_t netlog_timer_;    // flushes rows a quiet loop left pending
   uint64_t netlog_flushed_ms_ = 0;
-  bool listening_ = false;
   bool draining_ = false;
   bool stopped_ = false;
 
   Connection* head_ = nullptr;  // open connections (intrusive list)
   uint64_t open_ = 0;           // allocated connections, closing ones included
+  uint32_t max_connections_ = 0;
+  uint64_t nofile_ = 0;  // RLIMIT_NOFILE at start
   uint64_t next_id_ = 1;
 };
 

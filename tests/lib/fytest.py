@@ -4,6 +4,7 @@
                origin certificates, good and deliberately bad
 - Origin       a threaded HTTP/1.1 origin (plain or TLS) that records every request
                it receives and serves the routes the tests need
+- EchoOrigin   a raw TCP echo origin that counts the connections it accepted
 - Proxy        runs the real fy-proxy with a generated policy in a temporary state
                directory; reads its Network Log and admin endpoint
 - curl(), raw_exchange()  clients
@@ -430,6 +431,59 @@ class Origin:
     def __exit__(self, *exc):
         self.server.shutdown()
         self.server.server_close()
+
+
+class EchoOrigin:
+    """A raw TCP origin on loopback that echoes what it reads and counts the
+    connections it accepted (`accepts`): for opaque tunnels, and to prove that
+    something was never dialled."""
+
+    def __init__(self, host="127.0.0.1"):
+        self.s = socket.socket()
+        self.s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.s.bind((host, 0))
+        self.s.listen(128)
+        self.port = self.s.getsockname()[1]
+        self.accepts = 0
+        self.conns = []
+        self.lock = threading.Lock()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while True:
+            try:
+                c, _ = self.s.accept()
+            except OSError:
+                return
+            with self.lock:
+                self.accepts += 1
+                self.conns.append(c)
+            threading.Thread(target=self._echo, args=(c,), daemon=True).start()
+
+    def _echo(self, c):
+        try:
+            while True:
+                d = c.recv(65536)
+                if not d:
+                    break
+                c.sendall(d)
+        except OSError:
+            pass
+        finally:
+            c.close()
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.s.close()
+        with self.lock:
+            for c in self.conns:
+                try:
+                    c.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
 
 
 # ---------------------------------------------------------------------------

@@ -58,6 +58,20 @@ class ForwardProxy(unittest.TestCase):
         self.assertEqual(row["status"], 200)
         self.assertIn("Python-urllib", row["ua"])
 
+    def test_the_port_file_holds_the_port_bound_for_port_0(self):
+        p = Proxy(self.policy, resolve=[("origin.test", "127.0.0.1")])
+        self.assertIn("127.0.0.1:0", p.cmd)  # --listen 127.0.0.1:0: the kernel picks the port
+        with open(p.port_file, "w") as f:
+            f.write("1\n")  # a stale file from an earlier run is replaced
+        with p:
+            with open(p.port_file) as f:
+                text = f.read()
+            self.assertEqual(text, f"{p.port}\n")  # the port of the ready line
+            self.assertNotEqual(p.port, 0)
+            self.assertFalse(os.path.exists(p.port_file + ".tmp"))
+            r = curl(self.base + "/via-port-file", proxy=f"http://127.0.0.1:{int(text)}", check=True)
+            self.assertEqual(json.loads(r.stdout)["path"], "/via-port-file")
+
     def test_hop_by_hop_fields_are_not_forwarded_and_no_via_is_added(self):
         curl(self.base + "/hop-req", "-H", "Proxy-Authorization: Basic Zm9vOmJhcg==",
              "-H", "Keep-Alive: timeout=3", "-H", "TE: trailers", "-H", "Connection: X-Secret",

@@ -12,7 +12,7 @@ import threading
 import time
 import unittest
 
-from fytest import Origin, Proxy, TestCA, curl, http_status, raw_exchange, wait_until
+from fytest import EchoOrigin, Origin, Proxy, TestCA, curl, http_status, raw_exchange, wait_until
 
 
 def ts(seconds_from_now):
@@ -264,6 +264,27 @@ class LiveReload(unittest.TestCase):
             keep.close()
             gone.close()
 
+    def test_a_reload_from_observe_to_enforce_closes_the_tunnels_it_now_refuses(self):
+        o = self.tls.port
+        with self.proxy(f'mode = "observe"\nallow = ["keep.test:{o}"]\n') as p:
+            observed = self.tls_session(p, "revoke.test", p.ca)  # not granted: observed, not refused
+            granted = self.tls_session(p, "keep.test", p.ca)
+            self.assertEqual(self.request(observed, "revoke.test", "/observed")[0], 200)
+            self.assertEqual(self.request(granted, "keep.test", "/granted")[0], 200)
+            p.wait_rows(lambda r: r.get("would_block") and r["host"] == f"revoke.test:{o}")
+            self.assertEqual(p.metric("fy_connections_closed_by_policy_total"), 0)
+            p.reload(f'mode = "enforce"\nallow = ["keep.test:{o}"]\n')
+            self.assertTrue(self.closed(observed))
+            self.assertEqual(self.request(granted, "keep.test", "/still")[0], 200)
+            self.assertEqual(p.metric("fy_connections_closed_by_policy_total"), 1)
+            self.assertIn(f"closed: the policy now refuses its destination (revoke.test:{o})", p.stderr())
+            # ... and the same destination is now refused at CONNECT.
+            self.assertEqual(connect_status(p, f"revoke.test:{o}")[0], 403)
+            self.assertEqual([r["path"] for r in self.tls.requests if r["path"] in ("/observed", "/still")],
+                             ["/observed", "/still"])
+            granted.close()
+            observed.close()
+
     def test_a_tunnel_whose_host_leaves_passthrough_is_closed(self):
         o = self.tls.port
         base = f'mode = "enforce"\nallow = ["pt.test:{o}", "keep.test:{o}"]\n'
@@ -306,6 +327,49 @@ class LiveReload(unittest.TestCase):
         with Proxy(f'mode = "enforce"\n[[grant]]\nhost = "once.test"\nlevel = "once"\nexpires = {ts(1.5)}\n') as p:
             self.assertEqual(connect_status(p, "once.test:443")[0], 200)
             wait_until(lambda: connect_status(p, "once.test:443")[0] == 403, timeout=5, what="expiry")
+
+
+class NoDial(unittest.TestCase):
+    def test_a_refused_connect_never_dials(self):
+        with EchoOrigin() as origin:
+            port = origin.port
+            names = [("refused.test", "127.0.0.1"), ("allowed.test", "127.0.0.1")]
+            with Proxy(f'mode = "enforce"\nallow = ["allowed.test:{port}"]\n', resolve=names) as p:
+                hello = client_hello("refused.test")
+                refused = [
+                    f"CONNECT refused.test:{port} HTTP/1.1\r\nHost: refused.test:{port}\r\n\r\n".encode(),
+                    f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n".encode(),
+                    # a client that does not wait for the answer: the ClientHello rides along
+                    f"CONNECT refused.test:{port} HTTP/1.1\r\n\r\n".encode() + hello,
+                    f"CONNECT allowed.test:{port + 1 if port < 65535 else port - 1} HTTP/1.1\r\n\r\n".encode(),
+                    f"GET http://refused.test:{port}/x HTTP/1.1\r\nHost: refused.test:{port}\r\n\r\n".encode(),
+                ]
+                for data in refused:
+                    out = raw_exchange(p.port, data, timeout=3)
+                    self.assertEqual(http_status(out), 403, out[:200])
+                    self.assertIn(b"refused by the foldyard allowlist", out)
+                time.sleep(0.5)
+                self.assertEqual(origin.accepts, 0, "a refused destination was dialled")
+                self.assertEqual(p.metric('fy_requests_total{outcome="refused_allowlist"}'), len(refused))
+                # The counter counts: an allowed CONNECT that carries bytes dials once.
+                s = socket.create_connection(("127.0.0.1", p.port), timeout=5)
+                s.sendall(f"CONNECT allowed.test:{port} HTTP/1.1\r\n\r\n".encode())
+                self.assertIn(b" 200 ", s.recv(200))
+                s.sendall(b"ping\n")
+                self.assertEqual(s.recv(100), b"ping\n")
+                self.assertEqual(origin.accepts, 1)
+                s.close()
+
+
+def client_hello(server_name):
+    """The bytes of a real TLS ClientHello for server_name."""
+    incoming, out = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ssl.create_default_context().wrap_bio(incoming, out, server_hostname=server_name)
+    try:
+        tls.do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    return out.read()
 
 
 if __name__ == "__main__":

@@ -9,6 +9,8 @@ import stat
 import subprocess
 import tempfile
 import unittest
+import urllib.error
+import urllib.request
 
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -142,6 +144,30 @@ class Https(unittest.TestCase):
         self.assertEqual(row["sni"], "secure.test")
         self.assertEqual(row["host"], f"secure.test:{self.origin.port}")
         self.assertEqual(row["status"], 200)
+
+    def test_python_urllib_https_through_the_proxy_trusting_the_generated_ca(self):
+        def opener(context):
+            return urllib.request.build_opener(urllib.request.ProxyHandler({"https": self.proxy.url}),
+                                               urllib.request.HTTPSHandler(context=context))
+        trusting = opener(ssl.create_default_context(cafile=self.proxy.ca))
+        req = urllib.request.Request(self.url + "/urllib-tls?x=1", data=b"payload=1", method="POST")
+        with trusting.open(req, timeout=10) as resp:
+            self.assertEqual(resp.status, 200)
+            info = json.loads(resp.read())
+        self.assertEqual((info["method"], info["path"], info["body_len"]), ("POST", "/urllib-tls?x=1", 9))
+        got = [q for q in self.origin.requests if q["path"] == "/urllib-tls?x=1"]
+        self.assertEqual(len(got), 1)
+        self.assertEqual(got[0]["body"], b"payload=1")
+        self.assertEqual(self.origin.header(got[0], "Host"), f"secure.test:{self.origin.port}")
+        row = self.proxy.wait_rows(lambda x: x["path"] == "/urllib-tls?x=1")[-1]
+        self.assertEqual((row["method"], row["status"], row["tls"]), ("POST", 200, "decrypted"))
+        self.assertEqual(row["host"], f"secure.test:{self.origin.port}")
+        self.assertIn("Python-urllib", row["ua"])
+        # The system roots alone do not trust the proxy's leaf: the CA is what made it work.
+        with self.assertRaises(urllib.error.URLError) as e:
+            opener(ssl.create_default_context()).open(self.url + "/urllib-untrusted", timeout=10)
+        self.assertIsInstance(e.exception.reason, ssl.SSLCertVerificationError)
+        self.assertFalse(any(q["path"] == "/urllib-untrusted" for q in self.origin.requests))
 
     def test_the_ca_is_load_bearing(self):
         # Without the proxy's CA the client refuses the minted certificate.

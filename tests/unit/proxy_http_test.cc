@@ -238,3 +238,93 @@ TEST_CASE("an upgrade keeps Upgrade and says Connection: upgrade") {
         "GET /ws HTTP/1.1\r\nHost: a.test\r\nUpgrade: websocket\r\nSec-WebSocket-Key: k\r\n"
         "Connection: upgrade\r\n\r\n");
 }
+
+// ---------------------------------------------------------------------------
+// The would_block rate limit and the connection budget (proxy/server, proxy/config).
+
+#include "proxy/config.h"
+#include "proxy/server/server.h"
+
+TEST_CASE("would_block: one row per key per 60 s on the caller's clock") {
+  fy::proxy::WouldBlockLimiter lim;
+  const int64_t w = 7;
+  CHECK(lim.allow("a.test:443", 1'000, w));
+  CHECK_FALSE(lim.allow("a.test:443", 1'001, w));
+  CHECK_FALSE(lim.allow("a.test:443", 60'999, w));  // 59.999 s later
+  CHECK(lim.allow("a.test:443", 61'000, w));        // 60 s later
+  CHECK_FALSE(lim.allow("a.test:443", 61'001, w));
+  // A new observation window reports every key again.
+  CHECK(lim.allow("a.test:443", 61'002, w + 1));
+  // A clock that steps back reports the key rather than silencing it.
+  CHECK(lim.allow("a.test:443", 10, w + 1));
+  CHECK_FALSE(lim.allow("a.test:443", 11, w + 1));
+}
+
+TEST_CASE("would_block: a flood of new keys evicts the oldest, never every key") {
+  fy::proxy::WouldBlockLimiter lim;
+  using L = fy::proxy::WouldBlockLimiter;
+  const int64_t w = 1;
+  auto key = [](size_t i) { return "k" + std::to_string(i) + ".test:443"; };
+  // 4096 keys fill the map, one per millisecond.
+  for (size_t i = 0; i < L::kMaxKeys; ++i) REQUIRE(lim.allow(key(i), static_cast<int64_t>(i), w));
+  CHECK(lim.size() == L::kMaxKeys);
+  // The 4097th makes room by forgetting the oldest (k0) only.
+  int64_t t = 10'000;
+  CHECK(lim.allow(key(L::kMaxKeys), t, w));
+  CHECK(lim.size() == L::kMaxKeys);
+  // Keys seen within their 60 s stay limited: the flood reset nobody else.
+  CHECK_FALSE(lim.allow(key(1), t, w));
+  CHECK_FALSE(lim.allow(key(L::kMaxKeys / 2), t, w));
+  CHECK_FALSE(lim.allow(key(L::kMaxKeys - 1), t, w));
+  CHECK_FALSE(lim.allow(key(L::kMaxKeys), t + 1, w));
+  // The evicted one may be reported again (it was the oldest report); it
+  // makes room by evicting k1, now the oldest.
+  CHECK(lim.allow(key(0), t, w));
+  CHECK(lim.size() == L::kMaxKeys);
+  CHECK_FALSE(lim.allow(key(2), t, w));
+  // Another 100 new keys evict the 100 oldest (k2..k101), in order.
+  for (size_t i = 0; i < 100; ++i) CHECK(lim.allow("new" + std::to_string(i), t, w));
+  CHECK(lim.size() == L::kMaxKeys);
+  CHECK_FALSE(lim.allow(key(102), t, w));
+  CHECK_FALSE(lim.allow(key(200), t, w));
+  CHECK(lim.allow(key(101), t, w));  // evicted: reported again, evicting k102
+  CHECK(lim.allow(key(102), t, w));
+  CHECK_FALSE(lim.allow(key(104), t, w));
+  // 60 s after its report each key may be reported again; expired keys are
+  // forgotten, so the map shrinks instead of evicting live ones.
+  CHECK(lim.allow(key(2000), 2000 + L::kIntervalMs, w));
+  CHECK(lim.size() < L::kMaxKeys);
+  CHECK_FALSE(lim.allow(key(2000), 2000 + L::kIntervalMs + 1, w));
+  CHECK_FALSE(lim.allow(key(L::kMaxKeys), t + L::kIntervalMs - 1, w));
+  CHECK(lim.allow(key(L::kMaxKeys), t + L::kIntervalMs, w));
+  // Long after every report, a fresh start: all forgotten but the one just made.
+  CHECK(lim.allow("late.test:443", t + 10 * L::kIntervalMs, w));
+  CHECK(lim.size() == 1);
+}
+
+TEST_CASE("connection budget: two descriptors a client beyond a reserve") {
+  using fy::proxy::connection_budget;
+  auto b = connection_budget(64, 16384);
+  CHECK(b.lowered);
+  CHECK(b.reserve == 32 + 64 / 16);
+  CHECK(b.max_connections == (64 - b.reserve) / 2);
+  CHECK(b.max_connections >= 1);
+  // The default limit needs about 35,000 descriptors; 20,000 holds fewer.
+  b = connection_budget(20000, 16384);
+  CHECK(b.lowered);
+  CHECK(b.max_connections == (20000 - 32 - 20000 / 16) / 2);
+  CHECK(b.nofile_needed > 2 * 16384);
+  // nofile_needed is exactly the smallest limit that admits the configured count.
+  auto at = connection_budget(b.nofile_needed, 16384);
+  CHECK_FALSE(at.lowered);
+  CHECK(at.max_connections == 16384);
+  CHECK(connection_budget(b.nofile_needed - 1, 16384).lowered);
+  // Plenty of descriptors: the configured limit stands.
+  b = connection_budget(1 << 20, 16384);
+  CHECK_FALSE(b.lowered);
+  CHECK(b.max_connections == 16384);
+  CHECK(connection_budget(~uint64_t{0}, 1'000'000).max_connections == 1'000'000);
+  // Too few to serve anyone.
+  CHECK(connection_budget(20, 100).max_connections == 0);
+  CHECK(connection_budget(0, 1).nofile_needed == 36);
+}
