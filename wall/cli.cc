@@ -305,33 +305,75 @@ Result<Rendered> render_wall(Wall w, const Settings& s) {
   return r;
 }
 
-// What apply sends: the rendered text, plus the deletion of chains the live
-// tables hold that the rendering no longer defines (after the flush, in the
-// same transaction).
+// What a table holds besides chains, as nft lists it ("\tset NAME {") and as
+// `delete` names it. The renderings define none of these.
+struct ObjectKind {
+  std::string_view listed;
+  std::string_view del;
+};
+constexpr ObjectKind kObjectKinds[] = {
+    {"set ", "set"},
+    {"map ", "map"},
+    {"flowtable ", "flowtable"},
+    {"counter ", "counter"},
+    {"quota ", "quota"},
+    {"limit ", "limit"},
+    {"ct helper ", "ct helper"},
+    {"ct timeout ", "ct timeout"},
+    {"ct expectation ", "ct expectation"},
+    {"secmark ", "secmark"},
+    {"synproxy ", "synproxy"},
+};
+
+// What apply sends: the rendered text, plus the deletion of what the live
+// tables hold that the rendering does not define — sets, maps, flowtables and
+// stateful objects first (a verdict map can hold a jump to a chain), then
+// chains — after the flush, in the same transaction. The flush has already
+// dropped every rule that used them, so the kernel lets them go; the base
+// chains stay, one per hook, as with a plain re-apply.
 struct Plan {
   std::string text;
   bool existed = false;
   int extra_chains = 0;
+  std::vector<std::string> extra_objects;  // "set NAME", "counter NAME", ...
 };
 
 Result<Plan> plan_apply(Nft& nft, const std::string& text, const std::vector<TableRef>& tables) {
   Plan p;
-  std::string deletes;
+  std::string objects, chains;
   for (const TableRef& t : tables) {
     auto live = nft.list(t, true);
     if (!live) return std::move(live).take_error();
     if (!*live) continue;
     p.existed = true;
     std::vector<std::string> want = rendered_chains(text, t);
-    for (std::string_view line : split_list(**live, '\n')) {
-      line = trim_ows(line);
-      if (!line.starts_with("chain ")) continue;
-      std::string name(line.substr(6, line.find(' ', 6) - 6));
-      if (std::find(want.begin(), want.end(), name) != want.end()) continue;
-      deletes += fmt::format("delete chain {} {}\n", t.str(), name);
-      ++p.extra_chains;
+    for (std::string_view raw : split_lines(**live)) {
+      // Only the table's own members: one tab in, opening a block.
+      if (!raw.starts_with("\t") || raw.starts_with("\t\t")) continue;
+      std::string_view line = trim_ows(raw);
+      if (!line.ends_with("{")) continue;
+      if (line.starts_with("chain ")) {
+        std::string name(line.substr(6, line.find(' ', 6) - 6));
+        if (std::find(want.begin(), want.end(), name) != want.end()) continue;
+        chains += fmt::format("delete chain {} {}\n", t.str(), name);
+        ++p.extra_chains;
+        continue;
+      }
+      for (const ObjectKind& k : kObjectKinds) {
+        if (!line.starts_with(k.listed)) continue;
+        std::string_view rest = trim_ows(line.substr(k.listed.size()));
+        std::string name(trim_ows(rest.substr(0, rest.size() - 1)));
+        if (name.empty() ||
+            text.find(fmt::format("\t{}{} {{\n", k.listed, name)) != std::string::npos) {
+          break;
+        }
+        objects += fmt::format("delete {} {} {}\n", k.del, t.str(), name);
+        p.extra_objects.push_back(fmt::format("{} {}", k.del, name));
+        break;
+      }
     }
   }
+  std::string deletes = objects + chains;
   size_t defs = text.find(fmt::format("table {} {{\n", tables.front().str()));
   p.text = defs == std::string::npos ? text + deletes
                                      : text.substr(0, defs) + deletes + text.substr(defs);
@@ -403,9 +445,18 @@ int Cli::cmd_apply() {
     if (!plan->existed) return not_applied(a.error());
     auto whole = nft->run(replace_whole(r->text), o_.check);
     if (!whole) return not_applied(whole.error());
-    how = " — replaced whole: a live chain had another shape";
-  } else if (plan->extra_chains > 0) {
-    how = fmt::format(" — {} chain(s) it no longer defines deleted", plan->extra_chains);
+    how =
+        " — replaced whole: the live tables could not be changed in place (a chain of "
+        "another shape, or something of the table's still in use)";
+  } else {
+    if (plan->extra_chains > 0)
+      how = fmt::format(" — {} chain(s) it no longer defines deleted", plan->extra_chains);
+    if (!plan->extra_objects.empty()) {
+      std::string list;
+      for (const std::string& o : plan->extra_objects) list += (list.empty() ? "" : ", ") + o;
+      how += fmt::format("{}{} object(s) it does not define deleted ({})",
+                         how.empty() ? " — " : "; ", plan->extra_objects.size(), list);
+    }
   }
   if (o_.check) {
     std::string extra =

@@ -413,4 +413,8 @@ std::string format_mark(uint16_t proxy_port_base) {
   return fmt::format("{:#010x}", (uint32_t{0xF4} << 24) | proxy_port_base);
 }
 
+std::string format_local_mark(uint16_t proxy_port_base) {
+  return fmt::format("{:#010x}", (uint32_t{0xF4} << 24) | (uint32_t{1} << 16) | proxy_port_base);
+}
+
 }  // namespace fy::wall

@@ -74,5 +74,8 @@ std::string format_ids(const std::vector<IdRange>& ids);        // "1000, 100000
 std::string format_cidrs(const std::vector<Cidr4>& cidrs);      // "10.0.0.0/8, ..."
 // The host wall's ct mark, written as the reference does (%#010x).
 std::string format_mark(uint16_t proxy_port_base);
+// The mark the host wall gives a loopback flow it admitted, at its first
+// packet, to one of the VM's own listeners: (0xF4 << 24) | (1 << 16) | base.
+std::string format_local_mark(uint16_t proxy_port_base);
 
 }  // namespace fy::wall

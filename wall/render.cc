@@ -177,6 +177,7 @@ std::string render_host(const HostSpec& h) {
   const std::string cg =
       fmt::format("socket cgroupv2 level {} \"{}\"", cgroup_level(h.cgroup), h.cgroup);
   const std::string mark = format_mark(h.proxy_port_base);
+  const std::string local = format_local_mark(h.proxy_port_base);
   std::string out;
   out +=
       fmt::format("# fy-wall host wall for VM '{}': its processes (cgroup {})\n", h.vm, h.cgroup);
@@ -190,10 +191,18 @@ std::string render_host(const HostSpec& h) {
   out += fmt::format("\t\t{} jump vm\n", cg);
   out += "\t}\n";
   out += "\tchain vm {\n";
-  out += "\t\tct state established,related accept\n";
+  out += "\t\t# Replies on flows others opened to the VM's listeners. Not `ct state\n";
+  out += "\t\t# established`, as the reference wrote: conntrack entries are keyed by\n";
+  out += "\t\t# address and port, not owner, so a VM socket bound to the port of another\n";
+  out += "\t\t# process's finished exchange met its entry and got out, and a flow opened\n";
+  out += "\t\t# before the wall stayed open (docs/wall-escapes.md). The VM's own flows\n";
+  out += "\t\t# meet the rules below on every packet.\n";
+  out += "\t\tct direction reply accept\n";
   out += "\t\tudp dport 53 accept\n";
   out += "\t\ttcp dport 53 accept\n";
-  out += "\t\t# loopback is marked as the project's and judged again on input\n";
+  out += "\t\t# a loopback flow the input chain admitted to one of the VM's own listeners\n";
+  out += fmt::format("\t\toif \"lo\" ct mark {} accept\n", local);
+  out += "\t\t# any other loopback packet is marked as the project's and judged on input\n";
   out += fmt::format("\t\toif \"lo\" ct mark set {} accept\n", mark);
   out += "\t\tmeta l4proto tcp counter reject with tcp reset\n";
   out += "\t\tcounter reject with icmpx type admin-prohibited\n";
@@ -203,9 +212,12 @@ std::string render_host(const HostSpec& h) {
   out += fmt::format("\t\tiif \"lo\" ct mark {} jump lo\n", mark);
   out += "\t}\n";
   out += "\tchain lo {\n";
-  out += "\t\tct state established,related accept\n";
-  out += "\t\t# the VM's own listeners, and the project's port band\n";
-  out += fmt::format("\t\t{} accept\n", cg);
+  out += "\t\t# replies to the VM's loopback flows; its own packets are judged every time\n";
+  out += "\t\tct direction reply accept\n";
+  out += "\t\t# the VM's own listeners: marked at the first packet, because the packet that\n";
+  out += "\t\t# completes a TCP handshake meets a request socket, which has no cgroup\n";
+  out += fmt::format("\t\t{} ct mark set {} accept\n", cg, local);
+  out += "\t\t# the project's port band\n";
   for (const PortRange& p : h.ports) {
     out += fmt::format("\t\ttcp dport {} accept\n", format_range(p));
   }

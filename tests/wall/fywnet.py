@@ -345,6 +345,15 @@ class Identity:
         return sh(*cmd, check=False, timeout=timeout)
 
 
+def status_denied(stdout):
+    """The deny lines `fy-wall status` printed (after its "denied:" line)."""
+    lines = stdout.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("denied: "):
+            return [l.strip() for l in lines[i + 1:] if l.startswith("  [")]
+    return None
+
+
 def machine_args(ident, ports="41000-41089,41100-41189", user=WALLED_NAME):
     return ["--user", user, "--gateway", "192.168.5.2", "--ports", ports,
             "--subuid-file", ident.subuid]

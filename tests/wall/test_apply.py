@@ -139,7 +139,7 @@ class Reapply(unittest.TestCase):
         self.assertEqual(self.tables().count("table inet fy_host_wall_re"), 1)
         st = self.wall("status", "host", *self.host_args)
         self.assertEqual(st.returncode, 0, st.stdout)
-        self.assertEqual(len(rule_lines(self.listing("inet", "fy_host_wall_re"))), 14)
+        self.assertEqual(len(rule_lines(self.listing("inet", "fy_host_wall_re"))), 15)
 
     def test_apply_deletes_chains_it_no_longer_defines(self):
         args = n.machine_args(self.ident)
@@ -152,6 +152,51 @@ class Reapply(unittest.TestCase):
         self.assertNotIn("stale", self.listing("inet", "fy_wall"))
         self.assertEqual(self.wall("status", "machine", *args).returncode, 0)
 
+    def test_apply_deletes_sets_maps_and_objects_it_does_not_define(self):
+        """A hand-added set, verdict map (holding a jump to a hand-added chain),
+        counter, quota, limit and ct helper in the owned tables, and the table
+        made dormant (its hooks unregistered: no wall at all): status tells,
+        and one apply leaves the tables exactly as rendered, still flushing
+        in place (the base chains stay: one per hook)."""
+        args = n.machine_args(self.ident)
+        self.apply_times("machine", args, 1)
+        handle = re.search(r"chain output \{ # handle (\d+)", n.in_ns(
+            self.ns, "nft", "-a", "list", "table", "inet", "fy_wall").stdout).group(1)
+        n.sh(*n.nsexec(self.ns, "nft", "-f", "-"), input="""table inet fy_wall {
+  flags dormant;
+  set stale_set { type ipv4_addr; elements = { 203.0.113.10 }; }
+  chain stale { accept; }
+  map stale_map { type ipv4_addr : verdict; elements = { 203.0.113.11 : jump stale }; }
+  counter stale_counter { }
+  quota stale_quota { over 1 mbytes; }
+  limit stale_limit { rate 10/second; }
+  ct helper stale_helper { type "ftp" protocol tcp; }
+  chain walled {
+    ip daddr @stale_set accept; ip daddr vmap @stale_map; counter name "stale_counter";
+  }
+}
+table ip6 fy_wall6 { set stale6 { type ipv6_addr; }; }
+""")
+        st = self.wall("status", "machine", *args)
+        self.assertEqual(st.returncode, 1, st.stdout)
+        for what in ("flags dormant", "set stale_set {", "map stale_map {",
+                     "counter stale_counter {", "ct helper stale_helper {", "set stale6 {"):
+            self.assertIn(f"-  {what}", st.stdout.replace("\t", " "), what)
+        r = self.wall("apply", "machine", *args)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("1 chain(s) it no longer defines deleted; 7 object(s) it does not define "
+                      "deleted (counter stale_counter, quota stale_quota, limit stale_limit, "
+                      "ct helper stale_helper, set stale_set, map stale_map, set stale6)",
+                      r.stdout)
+        self.assertNotIn("replaced whole", r.stdout)
+        live = n.in_ns(self.ns, "nft", "-a", "list", "table", "inet", "fy_wall").stdout
+        self.assertIn(f"chain output {{ # handle {handle}", live)  # flushed, not re-created
+        for gone in ("dormant", "stale"):
+            self.assertNotIn(gone, live)
+        self.assertNotIn("stale6", self.listing("ip6", "fy_wall6"))
+        st = self.wall("status", "machine", *args)
+        self.assertEqual(st.returncode, 0, st.stdout)
+
     def test_apply_replaces_a_chain_of_another_shape(self):
         args = n.machine_args(self.ident)
         self.wall("remove", "machine")
@@ -160,7 +205,7 @@ class Reapply(unittest.TestCase):
             "  type filter hook output priority 10; policy accept;\n }\n}\n"))
         r = self.wall("apply", "machine", *args)
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn("replaced whole: a live chain had another shape", r.stdout)
+        self.assertIn("replaced whole: the live tables could not be changed in place", r.stdout)
         self.assertEqual(self.wall("status", "machine", *args).returncode, 0)
 
     def test_status_ignores_the_order_chains_were_created_in(self):

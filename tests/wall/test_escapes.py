@@ -8,11 +8,13 @@ technique is also tried against the reference's exact tables, and its
 result there is recorded too. The table of results is printed at the end
 and written to $FY_BUILD_DIR/tests/wall/escapes.json; docs/wall-escapes.md
 is that table with the reasoning. The guard's, the host wall's and the
-re-apply techniques are proven in test_guard.py, test_host.py and
-test_apply.py; the document lists them with the test that shows each.
+re-apply techniques are proven in test_guard.py, test_host.py, test_apply.py
+and test_boot.py; the document lists them with the test that shows each, and
+EscapesDoc checks that its count and the tests it names are real.
 """
 import json
 import os
+import re
 import subprocess
 import time
 import unittest
@@ -298,6 +300,58 @@ class Escapes(unittest.TestCase):
         record("a direct TCP connection to the proxy port on the gateway (guard on)",
                "redirected to the forwarder's listener, port kept; the host never sees it",
                False)
+
+
+DOC = os.path.join(n.SOURCE, "docs", "wall-escapes.md")
+
+
+class EscapesDoc(unittest.TestCase):
+    """docs/wall-escapes.md stays honest: its count is its number of rows,
+    every row names at least one test, and each test it names exists in the
+    test file of the suite it names; `wall_escapes` writes as many records as
+    the page says."""
+
+    def test_the_count_the_rows_and_the_tests_they_name(self):
+        with open(DOC) as f:
+            text = f.read()
+        rows = [l for l in text.splitlines() if re.match(r"^\| \d+ \|", l)]
+        self.assertEqual([int(re.match(r"^\| (\d+) \|", l).group(1)) for l in rows],
+                         list(range(1, len(rows) + 1)), "rows numbered 1..N in order")
+        claimed = re.search(r"\*\*(\d+) techniques tried\.\*\*", text)
+        self.assertIsNotNone(claimed)
+        self.assertEqual(int(claimed.group(1)), len(rows))
+        sources = {}
+        for row in rows:
+            cell = row.rstrip().rstrip("|").rsplit("|", 1)[-1].strip()
+            if cell == "same":  # the row above's test
+                continue
+            suite, named = None, 0
+            for tok in re.findall(r"`([^`]+)`", cell):
+                if tok.startswith("wall_"):
+                    suite = tok[len("wall_"):]
+                elif tok.startswith("test_"):
+                    self.assertIsNotNone(suite, f"{tok} without its suite: {row[:60]}")
+                    path = os.path.join(n.HERE, f"test_{suite}.py")
+                    if path not in sources:
+                        with open(path) as f:
+                            sources[path] = f.read()
+                    self.assertTrue(f"def {tok}(" in sources[path],
+                                    f"{row[:60]}: no {tok} in {path}")
+                    named += 1
+            self.assertGreater(named, 0, f"a row without a test: {row[:60]}")
+        said = re.search(r"`wall_escapes` prints its own (\d+) rows.*?\((\d+) entries", text,
+                         re.S)
+        self.assertIsNotNone(said)
+        # Rows whose test is wall_escapes', and the "same" rows below them.
+        own = 0
+        for row in rows:
+            cell = row.rstrip().rstrip("|").rsplit("|", 1)[-1].strip()
+            if cell != "same":
+                last = "`wall_escapes`" in cell
+            own += last
+        self.assertEqual(own, int(said.group(1)))
+        if RESULTS:  # Escapes ran in this process: what it recorded
+            self.assertEqual(len(RESULTS), int(said.group(2)))
 
 
 if __name__ == "__main__":

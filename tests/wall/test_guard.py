@@ -80,6 +80,23 @@ class Guard(unittest.TestCase):
         self.assertEqual(r["outcome"], "eperm", r)
         self.assertIsNotNone(self.log.wait_for("fy-guard-deny ", "PROTO=UDP ", "DPT=41000 "))
 
+    def test_status_prints_the_guards_deny_line(self):
+        """A walled datagram to a daemon port, refused by the guard, appears in
+        `status guard --log-lines N` with its destination and port, and only
+        the guard's prefix does."""
+        r = n.probe(self.t.guest, U, "udp", T.GW, 41100, "--bind-port", 40557)
+        self.assertEqual(r["outcome"], "eperm", r)
+        st = self.ident.fy_wall(self.t.guest, "status", "guard", *n.guard_args(self.ident),
+                                "--log-lines", 20)
+        self.assertEqual(st.returncode, 0, st.stdout + st.stderr)
+        denied = n.status_denied(st.stdout)
+        self.assertIsNotNone(denied, st.stdout)
+        self.assertTrue(0 < len(denied) <= 20, st.stdout)
+        hits = [l for l in denied if "] fy-guard-deny " in l and
+                f"SRC={T.GUEST} DST={T.GW} " in l and "PROTO=UDP SPT=40557 DPT=41100 " in l]
+        self.assertEqual(len(hits), 1, denied)
+        self.assertFalse([l for l in denied if "] fy-guard-deny " not in l], denied)
+
     def test_a_direct_connection_made_before_the_guard_is_cut(self):
         """A reject in any base chain is final: the machine wall accepts the
         established flow, the guard's reject still resets it."""

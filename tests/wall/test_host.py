@@ -9,13 +9,60 @@ fy-machine-test.slice under the cgroup2 mount) before they make their sockets.
 The real `fy-wall apply host` installs the per-VM table, resolving the slice
 through its own private cgroup2 mount (this host is hybrid: /sys/fs/cgroup is
 not cgroup2).
+
+Where fy-wall's host table departs from the reference's (`ct direction reply`
+instead of `ct state established,related` first in both judging chains), the
+escape is also tried against the reference's exact table as the control, as
+test_escapes.py does for the machine wall.
 """
+import json
 import os
+import subprocess
+import time
 import unittest
 
 import fywnet as n
 
 PUB, PUB6 = "203.0.113.10", "2001:db8:2::10"
+HOST = "203.0.113.1"  # the host's own address on the "public" link
+BAND = ["41000-41199"]
+
+
+def reference_host_wall(vm, cgroup, bands, base):
+    """The reference's exact host table (wall-lifecycle-filter.md section 1,
+    hostwall.py), for the controls."""
+    level = len([c for c in cgroup.split("/") if c])
+    sel = f'socket cgroupv2 level {level} "{cgroup}"'
+    mark = "%#010x" % ((0xF4 << 24) | base)
+    table = f"fy_host_wall_{vm}"
+    return f"""table inet {table}
+delete table inet {table}
+table inet {table} {{
+  chain output {{
+    type filter hook output priority filter; policy accept;
+    {sel} jump vm
+  }}
+  chain vm {{
+    ct state established,related accept
+    udp dport 53 accept
+    tcp dport 53 accept
+    oif "lo" ct mark set {mark} accept
+    meta l4proto tcp counter reject with tcp reset
+    counter reject with icmpx type admin-prohibited
+  }}
+  chain input {{
+    type filter hook input priority filter; policy accept;
+    iif "lo" ct mark {mark} jump lo
+  }}
+  chain lo {{
+    ct state established,related accept
+    {sel} accept
+    tcp dport {{ {", ".join(bands)} }} accept
+    meta l4proto tcp counter reject with tcp reset
+    counter reject with icmpx type admin-prohibited
+  }}
+}}
+"""
 
 
 class HostWall(unittest.TestCase):
@@ -39,24 +86,69 @@ class HostWall(unittest.TestCase):
         for _ in range(30):  # IPv6 neighbour discovery settles
             if n.probe(cls.ns, 0, "tcp", PUB6, 443, timeout=1)["outcome"] == "ok":
                 break
+        # A real host tracks connections whether or not the wall is up (any
+        # firewall, podman, a NAT rule); a namespace only once a rule needs it.
+        # Without this, a flow opened before the wall would be picked up
+        # mid-stream as "new" and even the reference's table would cut it.
+        n.sh(*n.nsexec(cls.ns, "nft", "-f", "-"), input=(
+            "table inet fyw_conntrack {\n chain c {\n"
+            "  type filter hook output priority 100; policy accept;\n"
+            "  ct state invalid counter\n }\n}\n"))
         cls.ident = n.Identity()
         cls.before = {
             "offband": cls.vm(cls, "tcp", "127.0.0.1", 42000),
             "pub443": cls.vm(cls, "tcp", PUB, 443),
         }
-        cls.args = ["--vm", "test", "--cgroup", cls.slice_rel, "--ports", "41000-41199"]
-        r = cls.ident.fy_wall(cls.ns, "apply", "host", *cls.args)
-        assert r.returncode == 0, r.stderr
+        cls.args = ["--vm", "test", "--cgroup", cls.slice_rel, "--ports", ",".join(BAND)]
+        cls.apply_fy_wall()
 
     @classmethod
     def tearDownClass(cls):
         n.cleanup(cls.mark)
 
-    def vm(self, kind, host, port, **kw):
-        return n.probe(self.ns, 0, kind, host, port, cgroup=self.slice, **kw)
+    @classmethod
+    def apply_fy_wall(cls):
+        r = cls.ident.fy_wall(cls.ns, "apply", "host", *cls.args)
+        assert r.returncode == 0, r.stderr
 
-    def outside(self, kind, host, port, cgroup=None):
-        return n.probe(self.ns, 0, kind, host, port, cgroup=cgroup)
+    def apply_reference(self):
+        """The reference's table, loaded with nft as its unit does (nft resolves
+        the slice against /sys/fs/cgroup: a private cgroup2 mount on a hybrid host)."""
+        n.sh("unshare", "-m", "--propagation", "private", "sh", "-c",
+             '[ "$(stat -fc %T /sys/fs/cgroup)" = cgroup2fs ] || '
+             'mount -t cgroup2 none /sys/fs/cgroup; exec "$@"', "sh",
+             *n.nsexec(self.ns, "nft", "-f", "-"),
+             input=reference_host_wall("test", self.slice_rel, BAND, 41000))
+
+    def vm(self, kind, host, port, *extra, **kw):
+        return n.probe(self.ns, 0, kind, host, port, *extra, cgroup=self.slice, **kw)
+
+    def outside(self, kind, host, port, *extra, cgroup=None):
+        return n.probe(self.ns, 0, kind, host, port, *extra, cgroup=cgroup)
+
+    def held_flow(self, host, port, apply):
+        """A VM process opens a TCP flow to host:port (a `hold` listener outside
+        the slice) while no wall is up, then `apply` puts a wall up, then the
+        process sends. Returns what the client saw and the data that arrived."""
+        r = self.ident.fy_wall(self.ns, "remove", "host", "--vm", "test")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        try:
+            srv = n.Server(self.pub if host == PUB else self.ns, "hold", f"hold:{host}:{port}")
+            h = n.spawn(n.in_cgroup(self.slice, n.nsexec(
+                self.ns, n.PY, n.PROBE, "hold", host, port, "--timeout", "2",
+                "--payload", "after-wall")),
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            first = h.stdout.readline()
+            self.assertIn('"connected"', first)
+            apply()
+            h.stdin.write("go\n")
+            h.stdin.flush()
+            after = json.loads(h.stdout.readline())
+            h.wait(timeout=10)
+            time.sleep(0.2)
+            return after, [r for r in srv.records() if r.startswith("data ")]
+        finally:
+            self.apply_fy_wall()
 
     def ok(self, r, reply):
         self.assertEqual(r["outcome"], "ok", r)
@@ -76,6 +168,22 @@ class HostWall(unittest.TestCase):
 
     def test_vm_reaches_its_own_listeners(self):
         self.ok(self.vm("tcp", "127.0.0.1", 42001), "vm tcp 127.0.0.1:42001")
+        # Past the handshake too: the packet that completes it meets a request
+        # socket (no cgroup), and data follows; the flow is admitted whole.
+        srv = n.Server(self.ns, "vm-hold", "hold:127.0.0.1:42005", cgroup=self.slice)
+        h = n.spawn(n.in_cgroup(self.slice, n.nsexec(
+            self.ns, n.PY, n.PROBE, "hold", "127.0.0.1", 42005, "--timeout", "1",
+            "--payload", "vm-to-vm")), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.assertIn('"connected"', h.stdout.readline())
+        h.stdin.write("go\n")
+        h.stdin.flush()
+        after = json.loads(h.stdout.readline())
+        h.wait(timeout=10)
+        self.assertEqual(after["outcome"], "timeout", after)  # sent; the listener answers no more
+        deadline = time.monotonic() + 2
+        while not [r for r in srv.records() if "vm-to-vm" in r] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertTrue([r for r in srv.records() if "vm-to-vm" in r], srv.records())
 
     def test_vm_refused_off_band_loopback(self):
         seen = len(self.lo_srv.seen_from("127.0.0.1", "127.0.0.1:42000"))
@@ -95,11 +203,11 @@ class HostWall(unittest.TestCase):
     def test_processes_outside_the_slice_are_unaffected(self):
         for where in (None, self.sibling):
             with self.subTest(cgroup=where):
-                self.ok(self.outside("tcp", "127.0.0.1", 42000, where), "lo tcp")
-                self.ok(self.outside("tcp", PUB, 443, where), "public tcp")
-                self.ok(self.outside("udp", PUB, 443, where), "public udp")
-                self.ok(self.outside("tcp", PUB6, 443, where), "public tcp")
-                self.ok(self.outside("tcp", "127.0.0.1", 42001, where), "vm tcp")
+                self.ok(self.outside("tcp", "127.0.0.1", 42000, cgroup=where), "lo tcp")
+                self.ok(self.outside("tcp", PUB, 443, cgroup=where), "public tcp")
+                self.ok(self.outside("udp", PUB, 443, cgroup=where), "public udp")
+                self.ok(self.outside("tcp", PUB6, 443, cgroup=where), "public tcp")
+                self.ok(self.outside("tcp", "127.0.0.1", 42001, cgroup=where), "vm tcp")
 
     def test_status_counts_the_refusals(self):
         self.vm("tcp", "127.0.0.1", 42000)
@@ -111,6 +219,60 @@ class HostWall(unittest.TestCase):
         self.assertEqual(len(counts), 4, st.stdout)
         self.assertTrue(any("the VM's output" in l and "packets 0 " not in l for l in counts))
         self.assertTrue(any("loopback input" in l and "packets 0 " not in l for l in counts))
+
+    # ---- escapes: conntrack is keyed by address and port, not by owner ----
+
+    def test_reusing_another_processs_conntrack_entry(self):
+        """A process outside the slice finishes a UDP exchange with a public
+        host (QUIC's port: not DNS); a VM process bound to the same source
+        port sends the same 5-tuple. The reference's `ct state established`
+        accepts it first; fy-wall judges the VM's packet like any other."""
+        results = {}
+        for which, port in (("reference", 40201), ("fy-wall", 40202)):
+            if which == "reference":
+                self.apply_reference()
+            try:
+                r = self.outside("udp", PUB, 443, "--bind-port", port)
+                self.assertEqual(r["outcome"], "ok", r)  # the entry now exists, "established"
+                seen = len(self.pub_srv.seen_from(HOST))
+                results[which] = (self.vm("udp", PUB, 443, "--bind-port", port),
+                                  len(self.pub_srv.seen_from(HOST)) - seen)
+            finally:
+                self.apply_fy_wall()
+        self.assertEqual(results["reference"][0]["outcome"], "ok",
+                         f"the control: the reference's table held? {results}")
+        self.assertEqual(results["reference"][1], 1)
+        self.assertEqual(results["fy-wall"][0]["outcome"], "eperm", results)
+        self.assertEqual(results["fy-wall"][1], 0, "the public host saw the VM's datagram")
+
+    def test_a_flow_opened_before_the_wall(self):
+        """A VM process's TCP flow to a public host, opened before the wall,
+        used after it: the reference's table lets the data through, fy-wall's
+        resets the flow at its next packet."""
+        ref_after, ref_data = self.held_flow(PUB, 4443, self.apply_reference)
+        fy_after, fy_data = self.held_flow(PUB, 4444, self.apply_fy_wall)
+        self.assertTrue(ref_data, f"the control: the reference cut the flow? {ref_after}")
+        self.assertFalse(fy_data, f"data passed fy-wall: {fy_data}")
+        self.assertEqual(fy_after["outcome"], "reset", fy_after)
+
+    def test_a_loopback_flow_off_the_band_opened_before_the_wall(self):
+        """The same on loopback, to a listener off the band (outside the slice):
+        the reference accepts the flow as established before it marks it, so
+        its input chain never judges it; fy-wall marks every packet the VM
+        sends on lo and the input chain resets it."""
+        ref_after, ref_data = self.held_flow("127.0.0.1", 42002, self.apply_reference)
+        fy_after, fy_data = self.held_flow("127.0.0.1", 42003, self.apply_fy_wall)
+        self.assertTrue(ref_data, f"the control: the reference cut the flow? {ref_after}")
+        self.assertFalse(fy_data, f"data passed fy-wall: {fy_data}")
+        self.assertEqual(fy_after["outcome"], "reset", fy_after)
+
+    def test_an_inbound_connection_answered_by_a_vm_listener_is_admitted_by_design(self):
+        """Replies on flows others opened to the VM's listeners pass (a port
+        the VM forwards on a non-loopback address), as under the reference."""
+        srv = n.Server(self.ns, "vm-any", "tcp:0.0.0.0:42004", cgroup=self.slice)
+        r = n.probe(self.pub, 0, "tcp", HOST, 42004)
+        self.assertEqual(r["outcome"], "ok", r)
+        self.assertTrue(srv.seen_from(PUB), srv.records())
 
     def test_a_missing_slice_is_refused(self):
         r = self.ident.fy_wall(self.ns, "apply", "host", "--vm", "absent", "--cgroup",

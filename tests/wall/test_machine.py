@@ -123,6 +123,38 @@ class MachineWall(unittest.TestCase):
                      self.t.pub_srv, src="fd00:5::15", timeout=4.0)
         self.reaches(self.t.guest, 0, "tcp", T.PUBLIC6, 443, "public tcp [2001:db8:1::10]:443")
 
+    # ---- status shows the refusals ----
+
+    def test_status_prints_the_deny_lines_of_refusals(self):
+        """After two refusals (source ports of their own, so their lines are
+        told apart from every other test's), `status --log-lines N` prints
+        both deny lines with the refused destination and port, only the
+        machine wall's prefixes, and at most N lines."""
+        r = n.probe(self.t.guest, U, "tcp", T.GW, 41095, "--bind-port", 40555)
+        self.assertEqual(r["outcome"], "refused", r)
+        r = n.probe(self.t.guest, U, "udp", T.PUBLIC, 53, "--bind-port", 40556)
+        self.assertEqual(r["outcome"], "eperm", r)
+        args = n.machine_args(self.ident)
+        st = self.ident.fy_wall(self.t.guest, "status", "machine", *args, "--log-lines", 20)
+        self.assertEqual(st.returncode, 0, st.stdout + st.stderr)
+        denied = n.status_denied(st.stdout)
+        self.assertIsNotNone(denied, st.stdout)
+        self.assertTrue(0 < len(denied) <= 20, st.stdout)
+        self.assertRegex(st.stdout, r"denied: \d+ line\(s\) in the kernel log")
+        for want in ((f"SRC={T.GUEST} DST={T.GW} ", "PROTO=TCP SPT=40555 DPT=41095 "),
+                     (f"SRC={T.GUEST} DST={T.PUBLIC} ", "PROTO=UDP SPT=40556 DPT=53 ")):
+            hits = [l for l in denied if l.split("] ", 1)[-1].startswith("fy-wall-deny ")
+                    and all(w in l for w in want)]
+            self.assertEqual(len(hits), 1, f"{want} in {denied}")
+            self.assertRegex(hits[0], r"^\[ *\d+\.\d{6}\] fy-wall-deny IN= OUT=\S+ ")
+        self.assertFalse([l for l in denied if "] fy-wall-deny" not in l], denied)
+        # The default is 5 lines; 0 prints none.
+        st = self.ident.fy_wall(self.t.guest, "status", "machine", *args)
+        self.assertLessEqual(len(n.status_denied(st.stdout)), 5, st.stdout)
+        st = self.ident.fy_wall(self.t.guest, "status", "machine", *args, "--log-lines", 0)
+        self.assertIsNone(n.status_denied(st.stdout), st.stdout)
+        self.assertEqual(st.returncode, 0, st.stdout)
+
     # ---- who is walled ----
 
     def test_subuid_is_walled_like_the_user(self):

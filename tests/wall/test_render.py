@@ -5,6 +5,10 @@ Each golden case renders a config in tests/wall/golden/ with `fy-wall render`
 and compares it byte for byte with the .nft file beside it; the machine and
 guard goldens are also handed to the kernel (`nft -c` in a scratch network
 namespace), so a golden file cannot pin a ruleset the kernel would refuse.
+The host goldens name cgroups nft resolves when it reads them: they are
+checked in a scratch cgroup made the root of a cgroup namespace, with the
+goldens' slices created below it, and the one whose VM name is made nft-safe
+is applied live there once, then checked with `status` and removed.
 Set FY_UPDATE_GOLDEN=1 to rewrite the .nft files after a deliberate change,
 then read the diff.
 
@@ -13,6 +17,7 @@ names where the value came from (file:line:col for the config, the flag's
 name otherwise) and what to do.
 """
 import os
+import re
 import tempfile
 import unittest
 
@@ -64,11 +69,67 @@ class Golden(unittest.TestCase):
         ns = n.netns("gold")
         for name, wall, _ in CASES:
             if wall == "host":
-                continue  # needs its cgroup to exist: proven live in test_host.py
+                continue  # names cgroups: test_host_goldens_are_valid_nft_and_apply_live
             with self.subTest(case=name):
                 r = n.in_ns(ns, "nft", "-c", "-f", os.path.join(GOLDEN, name + ".nft"),
                             check=False)
                 self.assertEqual(r.returncode, 0, r.stderr)
+
+    def test_host_goldens_are_valid_nft_and_apply_live(self):
+        """nft resolves `socket cgroupv2 ... "PATH"` against /sys/fs/cgroup when
+        it reads the rule, so a host golden can only be checked where its
+        slice exists. A scratch cgroup (fyw-<pid>-gold) becomes the root of a
+        cgroup namespace; a cgroup2 mount made in it shows that root, and the
+        goldens' slices are made below it: real cgroups, gone with the scratch
+        one. (The live rule keys on the slice's real id at a level counted
+        from the namespace's root, so it would match no process: what it
+        proves is that the kernel takes the table, the name made nft-safe
+        included, and that status and remove agree with it. test_host.py
+        proves the host wall on real processes.)"""
+        ns = n.netns("goldhost")
+        scratch = os.path.join(n.cgroup2_root(), f"fyw-{n.PID}-gold")
+        os.mkdir(scratch)
+        n.on_cleanup(lambda: n.remove_cgroup_tree(scratch), f"cgroup tree {scratch}")
+
+        def scoped(*cmd):
+            # Join the scratch cgroup, then unshare a cgroup and a mount namespace.
+            return n.sh("sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec unshare -C -m '
+                        '--propagation private sh -c "mount -t cgroup2 none /sys/fs/cgroup && '
+                        'exec \\"\\$@\\"" sh "$@"', scratch, *n.nsexec(ns, *cmd), check=False)
+
+        hosts = [name for name, wall, _ in CASES if wall == "host"]
+        for name in hosts:
+            with open(os.path.join(GOLDEN, name + ".nft")) as f:
+                paths = set(re.findall(r'socket cgroupv2 level \d+ "([^"]+)"', f.read()))
+            self.assertTrue(paths, name)
+            for p in paths:
+                os.makedirs(os.path.join(scratch, p), exist_ok=True)
+        for name in hosts:
+            with self.subTest(case=name):
+                r = scoped("nft", "-c", "-f", os.path.join(GOLDEN, name + ".nft"))
+                self.assertEqual(r.returncode, 0, r.stderr)
+        # Without the slice, nft refuses the same file: the check above is real.
+        os.rmdir(os.path.join(scratch, "fy.slice", "fy-machine-my.slice"))
+        r = scoped("nft", "-c", "-f", os.path.join(GOLDEN, "host-bands.nft"))
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("fy.slice/fy-machine-my.slice", r.stderr)
+        os.mkdir(os.path.join(scratch, "fy.slice", "fy-machine-my.slice"))
+        # The sanitised name, live: VM 'my-vm+2' is table fy_host_wall_my_vm_2.
+        toml = os.path.join(GOLDEN, "host-bands.toml")
+        r = scoped("nft", "-f", os.path.join(GOLDEN, "host-bands.nft"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("table inet fy_host_wall_my_vm_2",
+                      n.in_ns(ns, "nft", "list", "tables").stdout.splitlines())
+        st = scoped(n.FY_WALL, "status", "host", "--config", toml)
+        self.assertEqual(st.returncode, 0, st.stdout + st.stderr)
+        self.assertIn("table inet fy_host_wall_my_vm_2: PRESENT, as rendered", st.stdout)
+        r = scoped(n.FY_WALL, "apply", "host", "--config", toml)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("applied (inet fy_host_wall_my_vm_2)", r.stdout)
+        r = scoped(n.FY_WALL, "remove", "host", "--vm", "my-vm+2")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("removed inet fy_host_wall_my_vm_2", r.stdout)
+        self.assertNotIn("fy_host_wall", n.in_ns(ns, "nft", "list", "tables").stdout)
 
     def test_subuid_first_line_wins_and_absent_means_uid_only(self):
         both = "meta skuid 4242 jump walled\n\t\tmeta skuid 100000-165535 jump walled\n"

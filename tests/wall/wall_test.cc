@@ -115,6 +115,8 @@ TEST_CASE("host wall names: nft-safe table, cgroup paths and levels") {
   CHECK_FALSE(parse_vm_name("a b").ok());
   CHECK_FALSE(parse_vm_name(std::string(65, 'a')).ok());
   CHECK(format_mark(41000) == "0xf400a028");
+  CHECK(format_local_mark(41000) == "0xf401a028");
+  CHECK(format_local_mark(65535) == "0xf401ffff");
 }
 
 TEST_CASE("config: sections, types, unknown keys, file:line errors") {
@@ -191,6 +193,39 @@ TEST_CASE("render: one value per rule, flushing preamble, walled chain first") {
   CHECK(render_remove(machine_tables()) ==
         "table inet fy_wall\ndelete table inet fy_wall\ntable ip6 fy_wall6\n"
         "delete table ip6 fy_wall6\n");
+}
+
+TEST_CASE("host render: replies only, every VM packet judged, the local mark") {
+  HostSpec h;
+  h.vm = "dev";
+  h.cgroup = "fy.slice/fy-machine-dev.slice";
+  h.ports = *parse_ports("41000-41089, 41100-41189");
+  h.proxy_port_base = 41000;
+  std::string t = render_host(h);
+  std::string rules;  // the text without its comments
+  for (size_t at = 0; at < t.size();) {
+    size_t nl = t.find('\n', at);
+    std::string line = t.substr(at, nl - at);
+    at = nl == std::string::npos ? t.size() : nl + 1;
+    size_t first = line.find_first_not_of('\t');
+    if (first != std::string::npos && line[first] != '#') rules += line + "\n";
+  }
+  CHECK(rules.find("ct state") == std::string::npos);
+  CHECK(rules.find("{ ") == std::string::npos);  // no anonymous sets
+  // Both judging chains start with replies; the VM's own packets meet the rest.
+  CHECK(rules.find("\tchain vm {\n\t\tct direction reply accept\n") != std::string::npos);
+  CHECK(rules.find("\tchain lo {\n\t\tct direction reply accept\n") != std::string::npos);
+  // A flow admitted to the VM's own listener passes before loopback is marked.
+  size_t local = rules.find("\t\toif \"lo\" ct mark 0xf401a028 accept\n");
+  size_t mark = rules.find("\t\toif \"lo\" ct mark set 0xf400a028 accept\n");
+  REQUIRE(local != std::string::npos);
+  REQUIRE(mark != std::string::npos);
+  CHECK(local < mark);
+  CHECK(rules.find("socket cgroupv2 level 2 \"fy.slice/fy-machine-dev.slice\" ct mark set "
+                   "0xf401a028 accept\n") != std::string::npos);
+  CHECK(rules.find("\t\ttcp dport 41100-41189 accept\n") != std::string::npos);
+  CHECK(rendered_chains(t, {"inet", "fy_host_wall_dev"}) ==
+        std::vector<std::string>{"output", "vm", "input", "lo"});
 }
 
 TEST_CASE("guard: the rule product and its routes") {

@@ -48,13 +48,19 @@ if [ "$guard" = 1 ]; then
   want="$want guard"
 fi
 
+# Apply without ever taking a wall down. On every boot after the first the
+# units are already active (systemd started them, enabled, before the network),
+# and `systemctl restart` would run ExecStop (`fy-wall remove`) and only then
+# ExecStart: a moment with no wall. `reload-or-restart` runs ExecReload (one
+# atomic `fy-wall apply`) on an active unit and starts an inactive one; a
+# failed or never-started unit has nothing to stop, so no remove runs either.
 systemctl daemon-reload
 systemctl enable fy-wall.service
-systemctl restart fy-wall.service
+systemctl reload-or-restart fy-wall.service
 "$bin" status machine --config /etc/fy-wall/fy-wall.toml
 if [ "$guard" = 1 ]; then
   systemctl enable fy-forwarder-guard.service
-  systemctl restart fy-forwarder-guard.service
+  systemctl reload-or-restart fy-forwarder-guard.service
   "$bin" status guard --config /etc/fy-wall/fy-guard.toml
 fi
 
