@@ -231,8 +231,11 @@ void parse_rules(cfg::Table& root, Rules* out) {
   }
   if (auto d = root.string_map("defaults")) out->defaults = *d;
 
-  // Two active rules on one host with nesting prefixes inject nothing there:
-  // record the overlap the supervisor did not (the narrower prefix's scope).
+  // Two active rules on one host with nesting prefixes inject nothing: record
+  // the overlap the supervisor did not, over the wider prefix's scope. Like
+  // the reference ("neither injects"), it holds back both rules everywhere
+  // either applies, not only where both do: the wider rule does not go on
+  // injecting outside the narrower prefix.
   for (size_t i = 0; i < out->inject.size(); ++i) {
     for (size_t j = i + 1; j < out->inject.size(); ++j) {
       const Rule& a = out->inject[i];

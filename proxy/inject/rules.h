@@ -19,6 +19,7 @@
 //   [[overlap]] two rules that nest on one host: the proxy answers 502
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -29,6 +30,12 @@ class Table;
 }
 
 namespace fy::inject {
+
+// The largest request body (its bytes as sent, framing included) an exchange
+// on a replay_on_401 rule keeps so that a 401 can be answered by a re-mint and
+// a re-issue of head and body: the reference's body streaming threshold. A
+// larger body is streamed without a copy, and its 401 goes back to the client.
+inline constexpr size_t kMaxReplayBody = 1024 * 1024;
 
 enum class Kind : uint8_t { static_secret, command, github_app };
 const char* kind_name(Kind k);

@@ -340,6 +340,7 @@ void Connection::process_client(const ChunkRef& c, const char* p, size_t n) {
       ex_.row.bytes_up += *used;
       ex_.body_sent = true;
       if (origin_) origin_->write(c, p, *used);
+      if (ex_.replay && ex_.injected && !ex_.replayed && !ex_.body_unkept) keep_body(p, *used);
       p += *used;
       n -= *used;
     }
@@ -608,7 +609,10 @@ void Connection::inject(const inject::Rule& rule, const HostPort& dest, policy::
   ex_.rule_id = rule.id;
   ex_.rule_spec = rule.spec();
   ex_.replay = rule.replay_on_401;
-  ex_.had_body = !req_parser_.message_complete();
+  // A body announced over the bound is never kept: it is streamed, and a 401
+  // to it goes back to the client.
+  if (ex_.replay && req_head_.content_length && *req_head_.content_length > inject::kMaxReplayBody)
+    ex_.body_unkept = true;
   ex_.row.rule = rule.id;
   if (!rule.query_param.empty())
     ex_.row.path = inject::redact_query_param(ex_.row.path, rule.query_param);
@@ -670,9 +674,26 @@ void Connection::on_credential(const inject::MintOutcome& out) {
   if (!closing_ && !stash_.empty() && req_ != Req::done) replay_stash();
 }
 
+void Connection::keep_body(const char* p, size_t n) {
+  if (ex_.kept_body.size() + n > inject::kMaxReplayBody) {
+    ex_.body_unkept = true;
+    std::string().swap(ex_.kept_body);
+    return;
+  }
+  if (ex_.kept_body.empty() && req_head_.content_length)
+    ex_.kept_body.reserve(static_cast<size_t>(*req_head_.content_length));
+  ex_.kept_body.append(p, n);
+}
+
+bool Connection::replayable() const {
+  // req_ is done only once the parser has seen the body's last byte (and it
+  // went upstream): a body still arriving cannot be sent again.
+  return ex_.replay && !ex_.replayed && req_ == Req::done && !ex_.body_unkept;
+}
+
 void Connection::replay_after_401() {
   // The origin refused the injected credential: drop it, mint once more and
-  // send the request again (it had no body, so it can be sent again).
+  // send the request again (head and the kept body: replayable() held).
   const inject::Rule* rule = srv_.policy().rules().by_id(ex_.rule_id);
   ++srv_.metrics().replays;
   ex_.replayed = true;
@@ -935,10 +956,22 @@ void Connection::forward_request(const HostPort& dest, policy::Kind kind, std::s
   std::string host_header = dest.key(policy::default_port(kind));
   out.host = host_header;
   out.upgrade = ex_.upgrade;
+  if (ex_.replayed) {
+    // The re-issue after a 401 carries its whole body at once: nothing to
+    // wait for, and the client already had its 100 Continue.
+    std::erase_if(req_head_.headers, [](const http::Header& h) { return iequals(h.name, "expect"); });
+  }
   ex_.sent_head.clear();
   http::build_request_head(ex_.sent_head, req_head_, out);
   for (auto& [name, value] : out.set) value.assign(value.size(), '\0');
   origin_->write(ex_.sent_head);
+  if (ex_.replayed && !ex_.kept_body.empty()) {
+    // Exactly the body bytes the first attempt sent, framing included.
+    origin_->write(ex_.kept_body);
+    std::string().swap(ex_.kept_body);
+    ex_.body_sent = true;
+    if (origin_->above_high()) pause_client(kPeerFull);
+  }
   resp_parser_.expect_response_to(req_head_.method_id);
   resp_ = Resp::head;
   resp_reader_.reset();
@@ -1058,7 +1091,7 @@ void Connection::on_response_head(std::string_view head) {
   ex_.origin_reuse = resp_head_.keep_alive && !body_until_eof;
   if (status == 401 && ex_.injected) {
     const inject::Rule* rule = srv_.policy().rules().by_id(ex_.rule_id);
-    if (ex_.replay && !ex_.replayed && !ex_.had_body) {
+    if (replayable()) {
       // Replace this 401: read it to its end, then mint and send again.
       ex_.discard_response = true;
       if (resp_parser_.message_complete()) {
@@ -1068,10 +1101,19 @@ void Connection::on_response_head(std::string_view head) {
       }
       return;
     }
-    // A streamed upload cannot be sent again: the client gets the 401 and
-    // the token is dropped so the next request has a fresh one.
+    // A streamed upload (a body over the bound, or one still arriving)
+    // cannot be sent again: the client gets the 401 and the token is dropped
+    // so the next request has a fresh one.
+    if (ex_.replay && !ex_.replayed)
+      log::info("c{} switch '{}': 401 to a request whose body is {}: handed back, the token "
+                "is dropped",
+                id_, ex_.rule_id, req_ == Req::done ? "over the 1 MiB replay bound"
+                                                    : "still arriving");
     if (rule && rule->spec() == ex_.rule_spec) srv_.credentials().invalidate(*rule);
   }
+  // This response goes to the client: nothing will be re-issued.
+  ex_.replay = false;
+  std::string().swap(ex_.kept_body);
   ex_.row.status = status;
   ex_.response_started = true;
   ++srv_.metrics().responses_forwarded;

@@ -104,6 +104,13 @@ class Connection final : public StreamHandler {
   void answer_proxy_auth(const std::string& key);
   void note_build_claim();
   void keep_head(std::string_view head);
+  // Copies body bytes that went upstream while the exchange may be re-issued
+  // after a 401 (within kMaxReplayBody; past it, drops the copy for good).
+  void keep_body(const char* p, size_t n);
+  // Whether a 401 to this exchange may be replaced by a re-mint and a
+  // re-issue: the rule says so, it has not happened yet, and the whole
+  // request (head and every body byte) has gone up and is kept.
+  bool replayable() const;
   void replay_after_401();
   void on_request_complete();
   void stash(const ChunkRef& c, const char* p, size_t n);
@@ -261,7 +268,12 @@ class Connection final : public StreamHandler {
     bool replay = false;         // the rule re-issues once after a 401
     bool replayed = false;
     bool discard_response = false;  // the 401 being replaced
-    bool had_body = false;
+    // A replay_on_401 exchange keeps a copy of the request body as it went
+    // upstream (framing included, so a re-issue sends exactly those bytes),
+    // up to kMaxReplayBody. Only such exchanges copy body bytes; a body over
+    // the bound (or one still arriving when the 401 comes) is not re-sent.
+    std::string kept_body;
+    bool body_unkept = false;    // some body bytes went up without a copy
   } ex_;
 };
 
