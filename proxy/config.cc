@@ -36,7 +36,7 @@ usage: fy-proxy [options]
   --build-tokens FILE       hashed build secrets: {"tokens": {"<sha256>": "<expiry>"}}
   --learn-window SECONDS    learn window of a first-start policy (default 3600, max 28800)
   --max-connections N       clients at once; more are answered 503 (default 16384;
-                            lowered to what the open-file limit holds, 2 per client)
+                            lowered to what the open-file limit holds)
   --max-head-bytes N        request head limit, 431 beyond (default 65536)
   --max-headers N           header count limit, 431 beyond (default 100)
   --head-timeout S          a started request head must arrive within S (408; default 10)
@@ -250,7 +250,10 @@ Result<void> apply_file(Config& c, const std::string& path) {
 ConnectionBudget connection_budget(uint64_t nofile, uint32_t configured) {
   constexpr uint64_t kFixed = 32;      // stdio, epoll, signals, listeners, logs, watches, DNS
   constexpr uint64_t kPoolShare = 16;  // 1/16 of the limit for pooled origins, admin, minters
-  constexpr uint64_t kPerConnection = 2;
+  // One descriptor a client: idle clients (most of any large count) hold no
+  // origin, and a dial that finds none left is answered 503 (Connection::
+  // connect_next), so descriptors never run out at accept.
+  constexpr uint64_t kPerConnection = 1;
   auto reserve_for = [](uint64_t n) { return kFixed + n / kPoolShare; };
   auto fits = [&](uint64_t n) {
     uint64_t r = reserve_for(n);

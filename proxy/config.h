@@ -17,23 +17,23 @@ struct Limits {
   size_t max_head_bytes = 64 * 1024;
   size_t max_headers = 100;
   uint32_t max_connections = 16384;
-  uint64_t head_timeout_ms = 10'000;        // a started head must complete (408)
-  uint64_t idle_timeout_ms = 60'000;        // keep-alive wait for the next request
-  uint64_t connect_timeout_ms = 10'000;     // upstream connect (+ TLS) (504)
-  uint64_t io_timeout_ms = 300'000;         // no byte either way during an exchange (504)
+  uint64_t head_timeout_ms = 10'000;            // a started head must complete (408)
+  uint64_t idle_timeout_ms = 60'000;            // keep-alive wait for the next request
+  uint64_t connect_timeout_ms = 10'000;         // upstream connect (+ TLS) (504)
+  uint64_t io_timeout_ms = 300'000;             // no byte either way during an exchange (504)
   uint64_t tunnel_idle_timeout_ms = 3'600'000;  // no byte either way in a tunnel
   uint64_t tls_handshake_timeout_ms = 10'000;
-  uint64_t drain_timeout_ms = 10'000;       // SIGTERM: how long open work may finish
-  uint64_t minter_timeout_ms = 30'000;      // a minter that has not answered is killed
+  uint64_t drain_timeout_ms = 10'000;   // SIGTERM: how long open work may finish
+  uint64_t minter_timeout_ms = 30'000;  // a minter that has not answered is killed
 };
 
 struct Config {
   std::string listen = "127.0.0.1:8088";
   std::string admin = "127.0.0.1:0";  // "off" disables
-  std::string state_dir;               // default: $XDG_STATE_HOME/foldyard/egress
-  std::string policy_file;             // default: <state>/policy.toml (created in learn mode)
-  bool policy_explicit = false;        // given by flag/config: never created, fails closed
-  std::string netlog_file;             // default: <state>/logs/egress.jsonl
+  std::string state_dir;              // default: $XDG_STATE_HOME/foldyard/egress
+  std::string policy_file;            // default: <state>/policy.toml (created in learn mode)
+  bool policy_explicit = false;       // given by flag/config: never created, fails closed
+  std::string netlog_file;            // default: <state>/logs/egress.jsonl
   uint64_t netlog_max_bytes = 5 * 1024 * 1024;
   int netlog_backups = 5;
   std::string port_file;
@@ -51,13 +51,15 @@ struct Config {
   Limits limits;
 };
 
-// How many clients fit in the open-file limit (RLIMIT_NOFILE). A proxied
-// connection holds up to two descriptors (the client's and the origin's); a
-// reserve is kept back for everything else: stdio, the event loop, the
-// listeners and their spares, the Network Log and its rotation, policy
-// watches, admin requests, DNS lookups, credential minters, and idle pooled
-// origin connections (1/16 of the limit). Clients past `max_connections` are
-// answered 503 while descriptors remain to answer them.
+// How many clients fit in the open-file limit (RLIMIT_NOFILE): one descriptor
+// each, beyond a reserve kept back for everything else: stdio, the event loop,
+// the listeners and their spares, the Network Log and its rotation, policy
+// watches, admin requests, DNS lookups, credential minters (32 plus 1/16 of
+// the limit). A client's origin takes a second descriptor when it dials; a
+// dial that would eat into the reserve is answered 503
+// (Server::descriptors_short), so idle clients can be held by the thousand
+// and the proxy's own files never run short. Clients past `max_connections`
+// are answered 503 while descriptors remain to answer them.
 struct ConnectionBudget {
   uint32_t max_connections = 0;  // what the proxy admits: min(configured, what fits)
   uint64_t reserve = 0;          // descriptors kept back from clients

@@ -49,6 +49,7 @@ void Stream::flush_deferred() {
 Stream::Stream(uv_loop_t* loop, StreamHandler* handler) : handler_(handler) {
   uv_tcp_init(loop, &tcp_);
   tcp_.data = this;
+  ++live_;
 }
 
 Stream::~Stream() { assert(closed_ && "a Stream must be closed before it is freed"); }
@@ -462,6 +463,7 @@ void Stream::close_and_delete() {
 void Stream::on_close_cb(uv_handle_t* h) {
   auto* s = static_cast<Stream*>(h->data);
   s->closed_ = true;
+  --live_;
   s->out_.clear();
   s->rchunk_.reset();
   if (s->ssl_) {

@@ -62,6 +62,9 @@ class Stream {
 
   Stream(uv_loop_t* loop, StreamHandler* handler);
   ~Stream();
+  // Streams made and not yet closed, process-wide (each holds at most one
+  // descriptor; the loop thread only): what the descriptor budget counts.
+  static uint64_t live() { return live_; }
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
 
@@ -117,6 +120,7 @@ class Stream {
   void* user = nullptr;  // owner's tag
 
  private:
+  static inline uint64_t live_ = 0;
   static void on_alloc(uv_handle_t* h, size_t suggested, uv_buf_t* buf);
   static void on_read_cb(uv_stream_t* s, ssize_t nread, const uv_buf_t* buf);
   static void on_write_cb(uv_write_t* req, int status);

@@ -1307,9 +1307,27 @@ void Connection::connect_next() {
                                 origin_dest_.authority());
     }
     const sockaddr_storage& ss = addrs_[next_addr_++];
-    int rc = origin_->connect(reinterpret_cast<const sockaddr*>(&ss));
+    // The descriptors beyond one a client are kept for origins and the
+    // proxy's own files: a dial that would eat into the reserve is refused
+    // as if the kernel had (UV_EMFILE), before anything else runs short.
+    bool spare = !srv_.descriptors_short();
+    int rc = spare ? origin_->connect(reinterpret_cast<const sockaddr*>(&ss)) : UV_EMFILE;
     if (rc == 0) {
       attempt_start_ms_ = uv_now(srv_.loop());
+      return;
+    }
+    if (rc == UV_EMFILE || rc == UV_ENFILE) {
+      // Out of descriptors (the connection limit admits a client per
+      // descriptor, so idle clients can hold them all): the proxy's own
+      // condition, not the origin's, and no other address fares better.
+      ++srv_.metrics().dials_out_of_files;
+      retire_origin_keep_addrs();
+      defer_origin_failure(
+          Errc::io,
+          fmt::format("{} (open-file limit {}, {} clients open)",
+                      spare ? fmt::format("out of file descriptors ({})", uv::error_string(rc))
+                            : std::string("no file descriptor to spare for the origin"),
+                      srv_.open_files_limit(), srv_.open_connections()));
       return;
     }
     origin_last_error_ = fmt::format("{}: {}", sockaddr_string(reinterpret_cast<const sockaddr*>(&ss)),
@@ -1404,10 +1422,17 @@ void Connection::origin_failed(Errc kind, const std::string& detail) {
 
 void Connection::fail_exchange(Errc kind, const std::string& reason, const std::string& dest) {
   ex_.row.error = reason;
-  int status = kind == Errc::timeout ? 504 : 502;
-  std::string body = status == 504
-                         ? fmt::format("foldyard's proxy timed out reaching {}: {}\n", dest, reason)
-                         : fmt::format("foldyard's proxy could not reach {}: {}\n", dest, reason);
+  // Errc::io is the proxy's own failure (connect_next: out of descriptors):
+  // 503, the request may be retried.
+  int status = kind == Errc::timeout ? 504 : kind == Errc::io ? 503 : 502;
+  std::string body =
+      status == 504 ? fmt::format("foldyard's proxy timed out reaching {}: {}\n", dest, reason)
+      : status == 503
+          ? fmt::format("foldyard's proxy could not open a connection to {}: {}. Retry shortly; "
+                        "on the host, raise the proxy's open-file limit (systemd: LimitNOFILE=; "
+                        "a shell: ulimit -n) or lower --max-connections\n",
+                        dest, reason)
+          : fmt::format("foldyard's proxy could not reach {}: {}\n", dest, reason);
   answer(status, body, req_ != Req::done || ex_.upgrade || !req_parser_.message_complete());
 }
 

@@ -13,6 +13,7 @@ struct Metrics {
   uint64_t connections_refused_limit = 0;  // over --max-connections: answered 503
   uint64_t connections_closed_by_policy = 0;
   uint64_t accept_failures = 0;  // accept(2) failed (EMFILE...): accepting paused briefly
+  uint64_t dials_out_of_files = 0;  // an origin dial found no descriptor left: 503
   // Requests by outcome.
   uint64_t requests = 0;            // every request head parsed (CONNECT included)
   uint64_t responses_forwarded = 0; // a response from the origin reached the client

@@ -169,12 +169,12 @@ Result<void> Server::start() {
 
   // Watch the policy, the host env file and the build tokens: each is
   // rewritten by the supervisor; a change is picked up without a signal.
-  policy_watch_ = std::make_unique<FileWatch>(loop_, config_.policy_file,
-                                              [this] { reload("file changed"); });
+  policy_watch_ =
+      std::make_unique<FileWatch>(loop_, config_.policy_file, [this] { reload("file changed"); });
   policy_watch_->start();
   if (!config_.host_env_file.empty()) {
-    host_env_watch_ = std::make_unique<FileWatch>(loop_, config_.host_env_file,
-                                                  [this] { reload_host_env(); });
+    host_env_watch_ =
+        std::make_unique<FileWatch>(loop_, config_.host_env_file, [this] { reload_host_env(); });
     host_env_watch_->start();
   }
   if (!config_.build_tokens_file.empty()) {
@@ -195,8 +195,7 @@ Result<void> Server::start() {
   std::string host = config_.listen.substr(0, config_.listen.rfind(':'));
   std::string admin_host = config_.admin.substr(0, config_.admin.rfind(':'));
   printf("fy-proxy ready: listening on %s:%d · admin %s · CA %s · policy %s · netlog %s\n",
-         host.c_str(), *port,
-         admin_ ? fmt::format("{}:{}", admin_host, admin_port).c_str() : "off",
+         host.c_str(), *port, admin_ ? fmt::format("{}:{}", admin_host, admin_port).c_str() : "off",
          ca_->cert_path().c_str(), config_.policy_file.c_str(), config_.netlog_file.c_str());
   fflush(stdout);
   log::info("{}", policy_->summary(wall_ms()));
@@ -205,24 +204,26 @@ Result<void> Server::start() {
 
 Result<void> Server::load_policy_initial() {
   struct stat st;
-  if (!config_.policy_explicit && ::stat(config_.policy_file.c_str(), &st) != 0 && errno == ENOENT) {
+  if (!config_.policy_explicit && ::stat(config_.policy_file.c_str(), &st) != 0 &&
+      errno == ENOENT) {
     // First start with the default policy path: write a learn-mode policy.
     std::string text = policy::Policy::default_text(wall_ms(), config_.learn_window_ms);
     std::string tmp = config_.policy_file + ".tmp";
     int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0 || ::write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size()) ||
         ::close(fd) != 0 || ::rename(tmp.c_str(), config_.policy_file.c_str()) != 0)
-      return make_error(Errc::io, "cannot write the first-start policy {}: {}",
-                        config_.policy_file, strerror(errno));
+      return make_error(Errc::io, "cannot write the first-start policy {}: {}", config_.policy_file,
+                        strerror(errno));
     log::info("no policy at {}: wrote one in learn mode (observing for {} min, then enforcing)",
               config_.policy_file, config_.learn_window_ms / 60000);
   }
   auto p = policy::Policy::load_file(config_.policy_file, wall_ms());
   if (!p) {
     policy_error_ = p.error().message;
-    log::error("policy {} is unusable, so the proxy fails closed (enforcing, nothing granted, "
-               "nothing tunnelled) until it is fixed:\n{}",
-               config_.policy_file, p.error().message);
+    log::error(
+        "policy {} is unusable, so the proxy fails closed (enforcing, nothing granted, "
+        "nothing tunnelled) until it is fixed:\n{}",
+        config_.policy_file, p.error().message);
     policy_ = policy::Policy::closed(p.error().message);
     ++metrics_.reload_failures;
     return {};
@@ -239,9 +240,10 @@ void Server::reload(const char* why) {
     if (p.error().message != policy_error_) {
       // Said once per distinct problem, at error level.
       policy_error_ = p.error().message;
-      log::error("policy {} is unusable ({}), so the proxy fails closed (enforcing, nothing "
-                 "granted, nothing tunnelled) until it is fixed:\n{}",
-                 config_.policy_file, why, p.error().message);
+      log::error(
+          "policy {} is unusable ({}), so the proxy fails closed (enforcing, nothing "
+          "granted, nothing tunnelled) until it is fixed:\n{}",
+          config_.policy_file, why, p.error().message);
     }
     install_policy(policy::Policy::closed(p.error().message), false);
     return;
@@ -281,7 +283,8 @@ void Server::reload_build_tokens() {
     }
     return;
   }
-  if (!build_tokens_error_.empty()) log::info("build tokens {} usable again", config_.build_tokens_file);
+  if (!build_tokens_error_.empty())
+    log::info("build tokens {} usable again", config_.build_tokens_file);
   build_tokens_error_.clear();
 }
 
@@ -317,6 +320,7 @@ Result<void> Server::fit_connection_limit() {
   nofile_ = getrlimit(RLIMIT_NOFILE, &rl) == 0 ? rl.rlim_cur : 1024;
   ConnectionBudget b = connection_budget(nofile_, config_.limits.max_connections);
   max_connections_ = b.max_connections;
+  fd_reserve_ = b.reserve;
   if (max_connections_ == 0)
     return make_error(Errc::invalid_argument,
                       "the open-file limit (RLIMIT_NOFILE) is {}, too low to serve a single "
@@ -324,14 +328,16 @@ Result<void> Server::fit_connection_limit() {
                       "and start again",
                       nofile_, connection_budget(0, 1).nofile_needed);
   if (b.lowered)
-    log::warn("connection limit lowered from {} to {}: the open-file limit (RLIMIT_NOFILE) is {}, "
-              "and each client needs up to 2 descriptors (client and origin) beyond a reserve of "
-              "{}; past {} clients get 503. To admit {}, raise the limit to at least {} "
-              "(systemd: LimitNOFILE={}; a shell: ulimit -n {}) and restart, or set "
-              "--max-connections {} to silence this",
-              config_.limits.max_connections, max_connections_, nofile_, b.reserve,
-              max_connections_, config_.limits.max_connections, b.nofile_needed, b.nofile_needed,
-              b.nofile_needed, max_connections_);
+    log::warn(
+        "connection limit lowered from {} to {}: the open-file limit (RLIMIT_NOFILE) is {}, "
+        "and each client needs a descriptor beyond a reserve of {}; past {} clients get "
+        "503 (and a request that finds no descriptor left for its origin gets 503 too). To admit "
+        "{}, raise the limit to at least {} "
+        "(systemd: LimitNOFILE={}; a shell: ulimit -n {}) and restart, or set "
+        "--max-connections {} to silence this",
+        config_.limits.max_connections, max_connections_, nofile_, b.reserve, max_connections_,
+        config_.limits.max_connections, b.nofile_needed, b.nofile_needed, b.nofile_needed,
+        max_connections_);
   return {};
 }
 
@@ -356,14 +362,15 @@ void Server::accept_failed(const char* which, int status) {
   uint64_t suppressed = 0;
   if (!limit.allow(mono_ms(), &suppressed)) return;
   bool fds = status == UV_EMFILE || status == UV_ENFILE;
-  log::warn("{} listener: accepting a client failed ({}){}; not accepting for {} ms, then "
-            "retrying ({} more since the last line)",
-            which, uv::error_string(status),
-            fds ? fmt::format(": out of file descriptors (open-file limit {}, {} clients open); "
-                              "raise LimitNOFILE / ulimit -n or lower --max-connections",
-                              nofile_, open_)
-                : std::string(),
-            listener_ ? listener_->pause_ms() : 100, suppressed);
+  log::warn(
+      "{} listener: accepting a client failed ({}){}; not accepting for {} ms, then "
+      "retrying ({} more since the last line)",
+      which, uv::error_string(status),
+      fds ? fmt::format(": out of file descriptors (open-file limit {}, {} clients open); "
+                        "raise LimitNOFILE / ulimit -n or lower --max-connections",
+                        nofile_, open_)
+          : std::string(),
+      listener_ ? listener_->pause_ms() : 100, suppressed);
 }
 
 void Server::refuse_over_limit(uv_stream_t* l) {
@@ -431,11 +438,14 @@ void Server::on_prepare(uv_prepare_t* h) {
     s->netlog_->flush();
     s->netlog_flushed_ms_ = now;
   } else if (!uv_is_active(reinterpret_cast<uv_handle_t*>(&s->netlog_timer_))) {
-    uv_timer_start(&s->netlog_timer_, [](uv_timer_t* t) {
-      auto* srv = static_cast<Server*>(t->data);
-      srv->netlog_->flush();
-      srv->netlog_flushed_ms_ = uv_now(srv->loop_);
-    }, 50, 0);
+    uv_timer_start(
+        &s->netlog_timer_,
+        [](uv_timer_t* t) {
+          auto* srv = static_cast<Server*>(t->data);
+          srv->netlog_->flush();
+          srv->netlog_flushed_ms_ = uv_now(srv->loop_);
+        },
+        50, 0);
   }
 }
 
@@ -495,10 +505,10 @@ void Server::close_handles() {
 
 std::string Server::health() const {
   int64_t now = wall_ms();
-  return fmt::format("ok\npolicy: {}\n{}connections: {} (limit {})\n", policy_->summary(now),
-                     policy_->failed_closed() ? "policy FAILED CLOSED: " + policy_->failure() + "\n"
-                                              : "",
-                     open_, max_connections_);
+  return fmt::format(
+      "ok\npolicy: {}\n{}connections: {} (limit {})\n", policy_->summary(now),
+      policy_->failed_closed() ? "policy FAILED CLOSED: " + policy_->failure() + "\n" : "", open_,
+      max_connections_);
 }
 
 std::string Server::render_metrics() const {
@@ -519,6 +529,8 @@ std::string Server::render_metrics() const {
   gauge("fy_open_files_limit", "The open-file limit (RLIMIT_NOFILE) at start.", nofile_);
   counter("fy_accept_failures_total", "accept(2) failures (e.g. EMFILE); each pauses accepting.",
           m.accept_failures);
+  counter("fy_dials_out_of_files_total",
+          "Origin dials that found no file descriptor left (answered 503).", m.dials_out_of_files);
   counter("fy_connections_accepted_total", "Client connections accepted.", m.connections_accepted);
   counter("fy_connections_refused_limit_total", "Connections answered 503 at the limit.",
           m.connections_refused_limit);
@@ -571,8 +583,8 @@ std::string Server::render_metrics() const {
           netlog_->stats().rows_dropped);
   counter("fy_netlog_rotations_total", "Network Log rotations.", netlog_->stats().rotations);
   counter("fy_injected_total", "Requests a credential was written onto.", m.injected);
-  counter("fy_mint_failures_total", "Requests answered 502 because a credential could not be minted.",
-          m.mint_failures);
+  counter("fy_mint_failures_total",
+          "Requests answered 502 because a credential could not be minted.", m.mint_failures);
   counter("fy_held_total", "Held dummies answered 401 by the proxy.", m.held);
   counter("fy_overlaps_total", "Requests answered 502 for overlapping rules.", m.overlaps);
   counter("fy_replays_total", "Requests re-issued after a 401.", m.replays);

@@ -15,9 +15,10 @@
 #include "core/result.h"
 #include "core/stamp.h"
 #include "proxy/config.h"
+#include "proxy/http/parser.h"
 #include "proxy/inject/build_tokens.h"
 #include "proxy/inject/store.h"
-#include "proxy/http/parser.h"
+#include "proxy/io/stream.h"
 #include "proxy/netlog/writer.h"
 #include "proxy/policy/policy.h"
 #include "proxy/server/metrics.h"
@@ -95,6 +96,10 @@ class Server {
   inject::CredentialStore& credentials() { return *credentials_; }
   const inject::BuildTokens& build_tokens() const { return build_tokens_; }
   uint64_t open_connections() const { return open_; }
+  uint64_t open_files_limit() const { return nofile_; }
+  // True when the Streams open (one descriptor each) leave no more than the
+  // reserve of the open-file limit: an origin dial would run it short.
+  bool descriptors_short() const { return Stream::live() + fd_reserve_ >= nofile_; }
   // --max-connections, lowered at start to what the open-file limit holds.
   uint32_t max_connections() const { return max_connections_; }
   // A listener's accept(2) failed (`which`: "proxy" or "admin"): counted and
@@ -157,7 +162,7 @@ class Server {
   uv_prepare_t prepare_;
   uv_timer_t policy_timer_;  // fires when a learn window closes or a grant expires
   uv_timer_t drain_timer_;
-  uv_timer_t netlog_timer_;    // flushes rows a quiet loop left pending
+  uv_timer_t netlog_timer_;  // flushes rows a quiet loop left pending
   uint64_t netlog_flushed_ms_ = 0;
   bool draining_ = false;
   bool stopped_ = false;
@@ -165,7 +170,8 @@ class Server {
   Connection* head_ = nullptr;  // open connections (intrusive list)
   uint64_t open_ = 0;           // allocated connections, closing ones included
   uint32_t max_connections_ = 0;
-  uint64_t nofile_ = 0;  // RLIMIT_NOFILE at start
+  uint64_t nofile_ = 0;      // RLIMIT_NOFILE at start
+  uint64_t fd_reserve_ = 0;  // descriptors kept back from Streams (connection_budget)
   uint64_t next_id_ = 1;
 };
 

@@ -302,18 +302,21 @@ TEST_CASE("would_block: a flood of new keys evicts the oldest, never every key")
   CHECK(lim.size() == 1);
 }
 
-TEST_CASE("connection budget: two descriptors a client beyond a reserve") {
+TEST_CASE("connection budget: one descriptor a client beyond a reserve") {
   using fy::proxy::connection_budget;
   auto b = connection_budget(64, 16384);
   CHECK(b.lowered);
   CHECK(b.reserve == 32 + 64 / 16);
-  CHECK(b.max_connections == (64 - b.reserve) / 2);
-  CHECK(b.max_connections >= 1);
-  // The default limit needs about 35,000 descriptors; 20,000 holds fewer.
+  CHECK(b.max_connections == 64 - b.reserve);
+  // 20,000 descriptors hold the default 16,384 idle clients; their origins are
+  // bounded at dial time (Server::descriptors_short), not here.
   b = connection_budget(20000, 16384);
+  CHECK_FALSE(b.lowered);
+  CHECK(b.max_connections == 16384);
+  b = connection_budget(16000, 16384);
   CHECK(b.lowered);
-  CHECK(b.max_connections == (20000 - 32 - 20000 / 16) / 2);
-  CHECK(b.nofile_needed > 2 * 16384);
+  CHECK(b.max_connections == 16000 - 32 - 16000 / 16);
+  CHECK(b.nofile_needed > 16384);
   // nofile_needed is exactly the smallest limit that admits the configured count.
   auto at = connection_budget(b.nofile_needed, 16384);
   CHECK_FALSE(at.lowered);
@@ -326,5 +329,6 @@ TEST_CASE("connection budget: two descriptors a client beyond a reserve") {
   CHECK(connection_budget(~uint64_t{0}, 1'000'000).max_connections == 1'000'000);
   // Too few to serve anyone.
   CHECK(connection_budget(20, 100).max_connections == 0);
-  CHECK(connection_budget(0, 1).nofile_needed == 36);
+  CHECK(connection_budget(0, 1).nofile_needed == 35);
+  CHECK(connection_budget(35, 1).max_connections == 1);
 }
