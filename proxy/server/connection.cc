@@ -231,6 +231,7 @@ void Connection::on_ready(Stream& s) {
   }
   origin_ready_ = true;
   dial_start_ms_ = 0;
+  touch();  // an exchange's silence clock starts at the connect
   if (origin_tls_) ++srv_.metrics().tls_origin_handshakes;
   if (mode_ == Mode::tunnel && !hello_.empty()) {
     origin_->write(hello_);
@@ -1675,10 +1676,11 @@ void Connection::arm_timer() {
   switch (mode_) {
     case Mode::http:
       if (dial_start_ms_) consider(dial_start_ms_ + lim.connect_timeout_ms);
-      if (ex_.active && cred_ticket_) {
+      if (ex_.active && (cred_ticket_ || dial_start_ms_)) {
         // Waiting for a credential (the first, or a re-mint after a 401): the
         // store answers within the minter timeout; the exchange's silence
-        // clock starts again when it does.
+        // clock starts again when it does. Dialling: the connect timeout
+        // bounds it, and the silence clock starts at the connect.
       } else if (ex_.active) {
         consider(last_io_ms_ + lim.io_timeout_ms);
       } else if (head_start_ms_) {
@@ -1752,8 +1754,9 @@ void Connection::handle_timer() {
                                   origin_dest_.authority(), lim.connect_timeout_ms / 1000));
         return;
       }
-      if (ex_.active && cred_ticket_) {
-        // Waiting for a credential: not the exchange's silence (arm_timer()).
+      if (ex_.active && (cred_ticket_ || dial_start_ms_)) {
+        // Waiting for a credential or a connect: not the exchange's silence
+        // (arm_timer()).
         // The timer ran for another deadline, e.g. an eager dial's.
       } else if (ex_.active) {
         if (now >= last_io_ms_ + lim.io_timeout_ms) {

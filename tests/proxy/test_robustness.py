@@ -245,11 +245,19 @@ class ConnectTimeout(unittest.TestCase):
     def test_an_upstream_connect_that_never_answers_is_a_logged_504(self):
         # The SYN is dropped: only --connect-timeout ends the dial (the default
         # --io-timeout, 300 s, is far off).
+        self.check_blackhole(["--connect-timeout", "2"])
+
+    def test_a_shorter_io_timeout_does_not_cut_a_dial(self):
+        # The exchange's silence clock starts at the connect: a dial is the
+        # connect timeout's alone.
+        self.check_blackhole(["--connect-timeout", "2", "--io-timeout", "1"])
+
+    def check_blackhole(self, args):
         hole = Blackhole()
         a = f"blackhole.test:{hole.port}"
         try:
             with Proxy(f'mode = "enforce"\nallow = ["{a}"]\n', resolve=[("blackhole.test", "127.0.0.1")],
-                       args=["--connect-timeout", "2"]) as p:
+                       args=args) as p:
                 t0 = time.monotonic()
                 r = curl(f"http://{a}/never", "-w", "\n%{http_code}", proxy=p.url, timeout=10)
                 took = time.monotonic() - t0
