@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include <fmt/format.h>
+
 #include "core/config.h"
 #include "core/net.h"
 #include "core/text.h"
@@ -111,6 +113,19 @@ Result<Config> parse_config(std::string_view text, const std::string& path) {
         c.bridge.watch_events = false;
       else
         b->error("watch", "is not \"events\" (inotify + mount events + poll) or \"poll\"");
+    }
+    if (auto v = b->boolean("redirect")) c.bridge.redirect = *v;
+    if (c.bridge.redirect && !c.upstream_host.empty()) {
+      // The redirect rewrites the destination within the upstream's family;
+      // the listener must be reachable in it ("::" also takes IPv4).
+      bool up6 = is_ipv6_literal(c.upstream_host);
+      bool l6 = is_ipv6_literal(c.bridge.listen);
+      if (up6 != l6 && !(l6 && c.bridge.listen == "::"))
+        b->error("listen", fmt::format("is an IPv{} address but [upstream] host is IPv{}: the "
+                                       "redirect cannot send connections to it. Listen on an "
+                                       "IPv{} address (or \"::\"), or set redirect = false and "
+                                       "redirect some other way",
+                                       l6 ? 6 : 4, up6 ? 6 : 4, up6 ? 6 : 4));
     }
     if (c.bridge.net != "auto") {
       bool ok = !c.bridge.net.empty() && c.bridge.net.size() <= 64;

@@ -47,6 +47,9 @@ struct BridgeConfig {
   // with the poll as the fallback; false: the poll alone (for filesystems
   // where inotify does not work, and for measuring what the hook buys).
   bool watch_events = true;
+  // Install the redirect (forwarder/redirect.h) in every namespace followed,
+  // before it counts as served; false when something else installs it.
+  bool redirect = true;
 };
 
 struct VmConfig {

@@ -14,12 +14,17 @@
 #include "core/json.h"
 #include "core/log.h"
 #include "core/net.h"
+#include "forwarder/redirect.h"
 
 namespace fy::fwd {
 namespace {
 
 constexpr uint64_t kBurstMs = 1000;
 constexpr uint64_t kBurstEveryMs = 5;
+// After the redirect could not be installed in a namespace, the next attempt
+// there waits this long (an nft transaction blocks the loop for milliseconds;
+// the event burst would otherwise retry every 5 ms).
+constexpr uint64_t kRedirectRetryMs = 250;
 
 std::string dirname_of(const std::string& p) {
   size_t slash = p.rfind('/');
@@ -224,10 +229,14 @@ void Forwarder::rescan_bridge(const char* why) {
     bridge_error_ = ns.error().message;
     return;
   }
+  bridge_seen_ = true;
   if (bridge_ && bridge_->ns() == ns->id) {
     bridge_error_.clear();
     return;
   }
+  if (cfg_.bridge.redirect && redirect_failed_ == ns->id &&
+      mono_ms() - redirect_failed_ms_ < kRedirectRetryMs)
+    return;  // bridge_error_ still says why
   auto l = Listener::open(&ctx_, ListenerKind::bridge, ns->fd.get(), ns->id, cfg_.bridge.listen,
                           cfg_.bridge.net);
   if (!l) {
@@ -242,12 +251,41 @@ void Forwarder::rescan_bridge(const char* why) {
     }
     return;
   }
+  // The listener listens; only with the redirect in place does anything reach
+  // it. Fail closed: a namespace without it is not served (the new listener
+  // is closed again, the probe fails, the hook waits).
+  if (cfg_.bridge.redirect) {
+    auto r = run_in_netns(ns->fd.get(), [this] { return install_redirect(cfg_); });
+    if (!r) {
+      redirect_failed_ = ns->id;
+      redirect_failed_ms_ = mono_ms();
+      bridge_error_ = "the redirect could not be installed: " + r.error().message;
+      uint64_t now = mono_ms();
+      if (now - last_warn_ms_ > 1000) {
+        last_warn_ms_ = now;
+        log::error(
+            "bridge listener: cannot install the redirect (table {} {}) in the namespace at {} "
+            "(netns {}): {}. Containers there cannot reach the proxy without it, so this "
+            "namespace is not served: the probe fails and the hook holds containers. Check that "
+            "the kernel has nf_tables NAT (nft_chain_nat, nft_redir) and that no other program "
+            "owns a table of that name; if something else installs the redirect, set [bridge] "
+            "redirect = false. Retrying every {} ms.",
+            redirect_family(cfg_), kRedirectTable, path, ns->id.ino, r.error().message,
+            kRedirectRetryMs);
+      }
+      return;
+    }
+    redirect_failed_ = NsId{};
+  }
   std::unique_ptr<Listener> old = std::move(bridge_);
   bridge_ = std::move(*l);
   bridge_error_.clear();
   ++bridge_switches_;
-  log::info("bridge listener: listening on {} in netns {} at {} ({}){}", bridge_->describe(),
+  log::info("bridge listener: listening on {} in netns {} at {} ({}){}{}", bridge_->describe(),
             ns->id.ino, path, why,
+            cfg_.bridge.redirect ? fmt::format(", redirect installed (table {} {})",
+                                               redirect_family(cfg_), kRedirectTable)
+                                 : std::string(),
             old ? fmt::format("; released netns {}", old->ns().ino) : std::string());
   old.reset();  // only now: the old namespace stayed alive until the new one was served
   notify("STATUS=" + status_line());
@@ -338,7 +376,12 @@ std::string Forwarder::status_line() {
     if (current) {
       bridge = fmt::format("listening:netns={}", at.ino);
     } else if (!at.valid()) {
-      bridge = bridge_ ? fmt::format("absent:holding={}", bridge_->ns().ino) : "absent";
+      // Not a failure: the namespace exists only while bridge containers do.
+      // But never-found says the bridge side has served nothing yet; a
+      // supervisor that knows bridge containers run asks --require-bridge.
+      bridge = bridge_        ? fmt::format("absent:holding={}", bridge_->ns().ino)
+               : bridge_seen_ ? std::string("absent")
+                              : std::string("absent:never-found");
     } else {
       bridge = fmt::format("not-listening:netns={}", at.ino);
       serving = false;
@@ -380,8 +423,15 @@ std::string Forwarder::ready_line() {
   if (!cfg_.bridge.enabled) return "absent bridge listener not configured";
   NsId at{};
   std::string why;
-  if (bridge_current(&at, &why)) return fmt::format("ready {}", at.ino);
-  if (!at.valid()) return "absent " + why;
+  // The path the answer is about, so the hook can look at it too from its own
+  // mount namespace (docs/fy-forwarder.md, "The OCI hook"). Left out for a
+  // path with a space, which would not survive as a token.
+  std::string path = bridge_path();
+  std::string where = !path.empty() && path.find_first_of(" \t\r\n") == std::string::npos
+                          ? " path=" + path
+                          : std::string();
+  if (bridge_current(&at, &why)) return fmt::format("ready {}{}", at.ino, where);
+  if (!at.valid()) return "absent" + where + " " + why;
   return "waiting " +
          (bridge_error_.empty() ? std::string("listener not made yet") : bridge_error_);
 }
@@ -462,6 +512,7 @@ Result<void> Forwarder::start_control() {
                   .unum("fin_closes", k.fin_closes)
                   .unum("rst_closes", k.rst_closes)
                   .unum("rst_forced", k.rst_forced)
+                  .unum("rst_waited", k.rst_waited)
                   .unum("aborted", k.aborted)
                   .unum("half_closed_timeouts", k.half_closed_timeouts)
                   .unum("bytes_up", k.bytes_up)

@@ -44,7 +44,8 @@ class Forwarder {
   // The liveness probe's answer: "ok ..." when serving, "fail <why>" when not.
   std::string status_line();
   // The hook's answer after a fresh look at the namespace path:
-  // "ready <ino>", "absent" (no namespace there: nothing to wait for) or
+  // "ready <ino> path=<path>", "absent path=<path> <why>" (no namespace there:
+  // nothing to wait for, unless the hook itself sees one at <path>) or
   // "waiting <why>".
   std::string ready_line();
 
@@ -72,6 +73,11 @@ class Forwarder {
   std::unique_ptr<Listener> vm_;
   std::unique_ptr<Listener> bridge_;
   std::string bridge_error_;
+  // A namespace has been found at the bridge path since the start (even if
+  // not served): until then the status says bridge=absent:never-found.
+  bool bridge_seen_ = false;
+  NsId redirect_failed_;  // the namespace where installing the redirect last failed
+  uint64_t redirect_failed_ms_ = 0;
   uint64_t bridge_switches_ = 0;
   uint64_t last_warn_ms_ = 0;
 

@@ -251,7 +251,15 @@ void Connection::read_head() {
       break;
     }
     if (n < 0 && errno == EINTR) continue;
-    // EOF or an error before a complete head: nothing to answer.
+    if (n == 0 && head_have_ > 0) {
+      // A client may send its whole request and half-close at once (nc -N,
+      // printf | socat): a complete head read with the EOF behind it goes on,
+      // and the EOF after it (the relay finds c2u_ at EOF).
+      c2u_.eof = true;
+      c_readable_ = false;
+      break;
+    }
+    // EOF or an error before any byte: nothing to answer.
     ++ctx_->counters.head_eof;
     finish(n < 0, false);
     return;
@@ -259,7 +267,14 @@ void Connection::read_head() {
   if (!head_) head_ = std::make_unique<Head>();
   HeadLimits lim{max, ctx_->cfg->max_headers};
   ParseResult r = parse_head(std::string_view(head_buf_.get(), head_have_), lim, head_.get());
-  if (r.status == ParseStatus::incomplete) return;
+  if (r.status == ParseStatus::incomplete) {
+    if (c2u_.eof) {
+      // EOF before a complete head: nothing to answer.
+      ++ctx_->counters.head_eof;
+      finish(false, false);
+    }
+    return;
+  }
   if (r.status == ParseStatus::refused) {
     ++ctx_->counters.refused_head;
     ++ctx_->counters.refused_by[static_cast<size_t>(r.refusal)];
@@ -588,58 +603,73 @@ void Connection::pump() {
   sync_out();
   note_bulk(c2u_);
   note_bulk(u2c_);
-  // Order matters when both finish in one pump: the upstream's EOF first
-  // would mark it as closing first.
-  if (!u2c_was && u2c_.done && !c2u_was && c2u_.done) {
-    // Both ended in the same pump: the client's FIN reached us no later than
-    // the upstream's, so treat it as the client closing first.
-    on_dir_done(false);
-    if (phase_ == Phase::closed) return;
-    on_dir_done(true);
-    return;
-  }
-  if (!c2u_was && c2u_.done) on_dir_done(false);
-  if (phase_ == Phase::closed) return;
-  if (!u2c_was && u2c_.done) on_dir_done(true);
+  bool c_done_now = !c2u_was && c2u_.done;
+  bool u_done_now = !u2c_was && u2c_.done;
+  if (c_done_now) release_dir(c2u_);
+  if (u_done_now) release_dir(u2c_);
+  // Both may finish in this one pump, in either order: settle() decides by
+  // what reached the sockets, not by which direction this pump moved first.
+  if (c_done_now || u_done_now) settle();
 }
 
-void Connection::on_dir_done(bool upstream_to_client) {
-  if (!upstream_to_client) {
-    // The client is done sending, and every byte reached the upstream socket.
-    release_dir(c2u_);
-    if (!u2c_.done) {
-      ::shutdown(ufd_, SHUT_WR);  // the client closed first: FIN as before
-      return;
+bool Connection::upstream_fin_arrived() const {
+  if (u2c_.eof) return true;
+  // Not read yet: it may wait in the receive queue behind bytes still bound
+  // for the client (backpressure). The socket state says whether it came.
+  tcp_info ti{};
+  socklen_t len = sizeof ti;
+  if (getsockopt(ufd_, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) return false;
+  return ti.tcpi_state == TCP_CLOSE_WAIT;
+}
+
+void Connection::settle() {
+  if (c2u_.done && !u2c_.done) {
+    // The client is done sending and every byte reached the upstream socket.
+    // Its FIN goes upstream (the client closed first) unless the upstream's
+    // FIN is already here: then the upstream closed first, whatever order
+    // this side saw the two EOFs in, and it must never get a FIN from us.
+    if (!fin_sent_upstream_ && !upstream_fin_arrived()) {
+      ::shutdown(ufd_, SHUT_WR);
+      fin_sent_upstream_ = true;
     }
-    if (upstream_closed_first_) {
-      begin_rst_wait();
-      return;
-    }
-    finish(false, false);
-    return;
+    return;  // the upstream's remaining bytes still go to the client
   }
-  // The upstream is done sending and every byte reached the client.
-  release_dir(u2c_);
   if (!c2u_.done) {
+    // The upstream is done sending and every byte reached the client: pass
+    // its EOF on. It closed first; the client has half_closed_timeout_ms.
     ::shutdown(cfd_, SHUT_WR);
-    upstream_closed_first_ = true;
+    client_shut_ = true;
     ctx_->engine->arm(this, ctx_->cfg->half_closed_timeout_ms);
     return;
   }
-  // The client closed first and its FIN went upstream; the upstream's EOF
-  // completes an ordinary close. (No shutdown first: the client's side is
-  // read to EOF, so close() sends the same FIN.)
-  ++ctx_->counters.fin_closes;
-  finish(false, false);
+  // Both are done.
+  if (fin_sent_upstream_) {
+    // The client closed first and its FIN went upstream before the upstream's
+    // arrived; the upstream's EOF completes an ordinary close (close() gives
+    // the client its FIN).
+    ++ctx_->counters.fin_closes;
+    finish(false, false);
+    return;
+  }
+  // The upstream's FIN came while ours was never sent: it closed first. The
+  // client gets its EOF now; the upstream an RST once it has acknowledged
+  // every byte.
+  if (!client_shut_) {
+    ::shutdown(cfd_, SHUT_WR);
+    client_shut_ = true;
+  }
+  begin_rst_wait();
 }
 
 void Connection::begin_rst_wait() {
-  if (phase_ != Phase::rst_wait) {
+  bool first = phase_ != Phase::rst_wait;
+  if (first) {
     phase_ = Phase::rst_wait;
     phase_start_ms_ = ctx_->engine->now_ms();
   }
   int outq = 0;
   if (ioctl(ufd_, SIOCOUTQ, &outq) != 0) outq = 0;
+  if (first && outq > 0) ++ctx_->counters.rst_waited;
   if (outq == 0) {
     ++ctx_->counters.rst_closes;
     finish(false, true);

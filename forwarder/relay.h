@@ -14,6 +14,12 @@
 // done too and SIOCOUTQ on the upstream socket reads 0 (every byte acked), the
 // upstream socket is closed with SO_LINGER {1,0}, an RST, so the host side
 // never holds the 4-tuple in TIME_WAIT. An error on either side resets both.
+// "First" is decided on the upstream socket, where TIME_WAIT is decided: the
+// upstream closed first when its FIN arrived before ours was sent — read
+// before or in the same pump as the client's EOF, or still unread behind
+// bytes bound for the client (CLOSE_WAIT) when the client finished. (A FIN of
+// the upstream's that crosses ours on the wire is a simultaneous close; both
+// ends then hold TIME_WAIT, and nothing on this side can tell it coming.)
 //
 // Bulk directions. A direction is bulk once one pump() reads >= 64 KiB from
 // its source (data arrives faster than it is passed on); its pipe then grows
@@ -94,6 +100,7 @@ struct Counters {
   uint64_t fin_closes = 0;  // client finished first; FIN passed upstream
   uint64_t rst_closes = 0;  // upstream finished first; closed with RST after SIOCOUTQ 0
   uint64_t rst_forced = 0;  // ... SIOCOUTQ never reached 0 within rst_wait_ms
+  uint64_t rst_waited = 0;  // ... SIOCOUTQ was not 0 yet when the client was done: waited
   uint64_t aborted = 0;     // an error on either side: both reset
   uint64_t half_closed_timeouts = 0;
   uint64_t bytes_up = 0;
@@ -184,7 +191,12 @@ class Connection final : public Retirable, private TimerSlot {
   void send_head(bool early);  // may close
   void pump();                 // may close
   bool move(Dir& d, int src, int dst, bool& src_readable, bool& dst_writable, uint64_t& bytes);
-  void on_dir_done(bool upstream_to_client);   // may close
+  // After a direction finished (its EOF seen and every byte passed on): the
+  // half-close or close that follows (the header's "Closing"). May close.
+  void settle();
+  // True once the upstream's FIN has arrived: its EOF was read, or it waits
+  // unread in the receive queue (the socket is in CLOSE_WAIT).
+  bool upstream_fin_arrived() const;
   void begin_rst_wait();                       // may close
   void fail_upstream(const std::string& why);  // may close
   void refuse(int status, const char* reason_phrase, const std::string& tag,
@@ -216,7 +228,11 @@ class Connection final : public Retirable, private TimerSlot {
   std::string pending_head_;  // the unsent rest of a partially written head
   Dir c2u_;
   Dir u2c_;
-  bool upstream_closed_first_ = false;
+  // Our FIN went upstream: the client closed first. Never set once the
+  // upstream's FIN has arrived, so "both done and no FIN sent" is exactly
+  // "the upstream closed first", which is closed with an RST.
+  bool fin_sent_upstream_ = false;
+  bool client_shut_ = false;  // the upstream's EOF was passed to the client
   uv_work_t work_{};
   bool work_pending_ = false;
   struct AttribOut;

@@ -4,9 +4,9 @@
 Two arms, measured in the same run, alternating which goes first each round:
   direct  a "container" connects to the proxy, routed through the rootless and VM
           namespaces (like pasta's way out);
-  via     the same container connects to the proxy URL it is given; the wall's
-          redirect sends it to fy-forwarder's bridge listener, which stamps it and
-          dials the proxy from the VM's namespace.
+  via     the same container connects to the proxy URL it is given; the redirect
+          fy-forwarder installs in the rootless namespace sends it to its bridge
+          listener, which stamps it and dials the proxy from the VM's namespace.
 Each arm crosses exactly one NAT: the redirect (via), a DNAT on the host (direct).
 Every sample is a new connection. Each figure is the median over rounds of the
 round's figure (median, p99, MB/s, connections/s).

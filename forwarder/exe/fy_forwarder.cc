@@ -17,6 +17,7 @@ namespace {
 constexpr const char* kUsage = R"(usage: fy-forwarder --config FILE [--log-level LEVEL]
        fy-forwarder --check-config --config FILE
        fy-forwarder --probe [--control PATH | --config FILE] [--timeout-ms N]
+                    [--require-bridge]
 
 fy-forwarder stamps every connection a container or a walled VM principal
 makes to foldyard's egress proxy with who made it (ADR-0034), and is the only
@@ -30,6 +31,9 @@ way to the proxy from inside the VM. It runs as root.
   --control PATH     the control socket to probe (default: the config's, or
                      /run/fy-forwarder/control.sock)
   --timeout-ms N     how long the probe waits for an answer (default 2000)
+  --require-bridge   the probe also fails unless the bridge listener serves
+                     a namespace now (bridge=listening): for a supervisor that
+                     knows bridge containers are running
   --help, --version
 
 Signals: SIGTERM/SIGINT stop (live connections are reset), SIGHUP re-reads
@@ -47,7 +51,7 @@ int usage_error(const std::string& msg) {
 
 int main(int argc, char** argv) {
   std::string config_path, control, log_level;
-  bool check = false, probe = false;
+  bool check = false, probe = false, require_bridge = false;
   int timeout_ms = 2000;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -83,6 +87,8 @@ int main(int argc, char** argv) {
       check = true;
     } else if (a == "--probe") {
       probe = true;
+    } else if (a == "--require-bridge") {
+      require_bridge = true;
     } else {
       return usage_error("unknown argument '" + a + "'");
     }
@@ -103,8 +109,28 @@ int main(int argc, char** argv) {
       printf("fail %s\n", r.error().message.c_str());
       return 1;
     }
+    bool ok = r->rfind("ok ", 0) == 0;
+    if (ok && require_bridge && r->find(" bridge=listening:") == std::string::npos) {
+      // Serving what it can see, but no bridge namespace: with bridge
+      // containers running, the forwarder cannot see theirs.
+      size_t at = r->find(" bridge=");
+      std::string state =
+          at == std::string::npos ? "off" : r->substr(at + 8, r->find(' ', at + 8) - at - 8);
+      printf("fail the bridge listener serves no namespace (bridge=%s): %s | %s\n", state.c_str(),
+             state == "off" ? "no [bridge] is configured"
+             : state.rfind("absent:never-found", 0) == 0
+                 ? "no network namespace has appeared at [bridge] netns since the forwarder "
+                   "started. If bridge containers are running, it cannot see their namespace: "
+                   "check the path (rootless podman's own mount namespace is reached through "
+                   "/proc/<pause pid>/root/<path>) and the unit's sandboxing (ProtectHome=yes "
+                   "hides /run/user)"
+                 : "there is no network namespace at [bridge] netns now (no bridge container "
+                   "is running?)",
+             r->c_str() + 3);
+      return 1;
+    }
     printf("%s\n", r->c_str());
-    return r->rfind("ok ", 0) == 0 ? 0 : 1;
+    return ok ? 0 : 1;
   }
 
   if (config_path.empty()) return usage_error("--config FILE is required");

@@ -13,6 +13,7 @@
 
 #include "core/clock.h"
 #include "forwarder/control_client.h"
+#include "forwarder/netns.h"
 
 namespace {
 
@@ -28,6 +29,12 @@ time is up, whether it listens in the namespace at its followed path:
   "absent ..."   no bridge namespace exists: nothing to wait for, exit 0
   "waiting ..."  ask again in 10 ms
 
+The answer names the path it is about (path=...); the hook looks there too,
+from its own (the runtime's) mount namespace. When it sees a network
+namespace the forwarder does not serve (the forwarder says absent, or ready
+for another one), the forwarder cannot see what the container will use: the
+hook asks again, and at the time limit treats it as not listening.
+
   --control PATH     fy-forwarder's control socket
                      (default /run/fy-forwarder/control.sock)
   --timeout-ms N     the bound on the wait (default 5000)
@@ -37,6 +44,23 @@ time is up, whether it listens in the namespace at its followed path:
                      connections then fail closed until the forwarder serves)
   --help
 )";
+
+// The value of the answer's "path=" token, or "".
+std::string path_of(const std::string& answer) {
+  size_t at = answer.find(" path=");
+  if (at == std::string::npos) return "";
+  size_t start = at + 6;
+  size_t end = answer.find(' ', start);
+  return answer.substr(start, end == std::string::npos ? std::string::npos : end - start);
+}
+
+// The inode of the network namespace this process sees at `path`; 0 for none
+// (or one it may not open).
+uint64_t seen_here(const std::string& path) {
+  if (path.empty()) return 0;
+  auto ns = fy::fwd::open_netns(path);
+  return ns ? static_cast<uint64_t>(ns->id.ino) : 0;
+}
 
 }  // namespace
 
@@ -81,12 +105,28 @@ int main(int argc, char** argv) {
   uint64_t start = fy::mono_ms();
   uint64_t deadline = start + static_cast<uint64_t>(timeout_ms);
   std::string last;
+  bool blind = false;  // the last answer disagreed with what this hook sees
   while (true) {
     uint64_t now = fy::mono_ms();
     int left = now < deadline ? static_cast<int>(deadline - now) : 1;
     auto r = fy::fwd::control_query(control, "ready", left < 1000 ? left : 1000);
-    if (r) {
-      if (r->rfind("ready", 0) == 0 || r->rfind("absent", 0) == 0) return 0;
+    blind = false;
+    if (r && (r->rfind("ready", 0) == 0 || r->rfind("absent", 0) == 0)) {
+      // Looked at after the answer: a namespace made since is asked about
+      // again, one torn down since (seen_here 0) does not hold the start.
+      std::string path = path_of(*r);
+      uint64_t here = seen_here(path);
+      uint64_t served = r->rfind("ready", 0) == 0 ? strtoull(r->c_str() + 6, nullptr, 10) : 0;
+      if (here == 0 || here == served) return 0;
+      blind = true;
+      char why[768];
+      snprintf(why, sizeof why,
+               "fy-forwarder answered \"%s\", but this hook (uid %u) sees network namespace %llu "
+               "at %s",
+               r->c_str(), static_cast<unsigned>(getuid()), static_cast<unsigned long long>(here),
+               path.c_str());
+      last = why;
+    } else if (r) {
       last = *r;
     } else {
       last = r.error().message;
@@ -94,13 +134,19 @@ int main(int argc, char** argv) {
     if (fy::mono_ms() >= deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  char msg[1024];
+  char msg[2048];
   snprintf(msg, sizeof msg,
            "fy-forwarder is not listening in the rootless bridge namespace after %d ms (last "
-           "answer: %s). %s Check `systemctl status fy-forwarder` and `fy-forwarder --probe`.",
+           "answer: %s). %s %s",
            timeout_ms, last.c_str(),
            refuse ? "The container is not started, because its egress would fail."
-                  : "Starting the container anyway; its first connections may be reset.");
+                  : "Starting the container anyway; its first connections may be reset.",
+           blind ? "The forwarder cannot see the namespace the container uses: check [bridge] "
+                   "netns in its configuration (a namespace mounted in rootless podman's own "
+                   "mount namespace is reached through /proc/<pause pid>/root/<path>) and that "
+                   "its unit's sandboxing leaves the path visible (ProtectHome=yes hides "
+                   "/run/user)."
+                 : "Check `systemctl status fy-forwarder` and `fy-forwarder --probe`.");
   fprintf(stderr, "fy-forwarder-hook: %s\n", msg);
   // Runtimes do not always show a hook's stderr: the journal gets it too.
   openlog("fy-forwarder-hook", LOG_PID, LOG_DAEMON);

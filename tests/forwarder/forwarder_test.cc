@@ -21,6 +21,7 @@
 #include "forwarder/config.h"
 #include "forwarder/head.h"
 #include "forwarder/netns.h"
+#include "forwarder/redirect.h"
 #include "forwarder/relay.h"
 #include "forwarder/stamper.h"
 
@@ -286,6 +287,60 @@ attribution = "proc"
   CHECK(parse_uid_range("100000-165535").ok());
   CHECK_FALSE(parse_uid_range("5-4").ok());
   CHECK_FALSE(parse_uid_range("x").ok());
+}
+
+TEST_CASE("the bridge redirect: on by default, replaced whole, by the listener's address") {
+  const char* base = R"(
+key_file = "/k"
+[upstream]
+host = "192.168.5.2"
+[[port]]
+port = 42600
+[[port]]
+port = 42700
+stamp = false
+[bridge]
+netns = "/run/user/1000/netns/rootless-netns"
+)";
+  auto c = parse_config(base, "r.toml");
+  REQUIRE(c.ok());
+  CHECK(c->bridge.redirect);
+  // One transaction: make sure the table exists, delete it, define it anew,
+  // so installing again never adds a second rule.
+  CHECK(redirect_ruleset(*c) ==
+        "table ip fy_forwarder_redirect {}\n"
+        "delete table ip fy_forwarder_redirect\n"
+        "table ip fy_forwarder_redirect {\n"
+        "  chain prerouting {\n"
+        "    type nat hook prerouting priority dstnat; policy accept;\n"
+        "    ip daddr 192.168.5.2 tcp dport { 42600, 42700 } redirect\n"
+        "  }\n"
+        "}\n");
+
+  // A listener bound to one address is reached by dnat to it.
+  auto one = parse_config(std::string(base) + "listen = \"10.89.0.1\"\n", "r.toml");
+  REQUIRE(one.ok());
+  CHECK(redirect_ruleset(*one).find("tcp dport { 42600, 42700 } dnat to 10.89.0.1\n") !=
+        std::string::npos);
+
+  // IPv6 upstream: an ip6 table; "::" takes IPv4 too.
+  std::string v6 = base;
+  v6.replace(v6.find("192.168.5.2"), 11, "fd00::2");
+  auto six = parse_config(v6 + "listen = \"::\"\n", "r.toml");
+  REQUIRE(six.ok());
+  CHECK(redirect_ruleset(*six).find("table ip6 fy_forwarder_redirect {\n") != std::string::npos);
+  CHECK(redirect_ruleset(*six).find("ip6 daddr fd00::2 tcp dport") != std::string::npos);
+  CHECK(parse_config(std::string(base) + "listen = \"::\"\n", "r.toml").ok());
+
+  // A listener the redirect cannot reach is refused, unless redirect is off.
+  auto wrong = parse_config(v6, "r.toml");  // listen 0.0.0.0, upstream IPv6
+  REQUIRE_FALSE(wrong.ok());
+  CHECK(wrong.error().message.find("r.toml:") != std::string::npos);
+  CHECK(wrong.error().message.find("redirect cannot send") != std::string::npos);
+  auto off = parse_config(v6 + "redirect = false\n", "r.toml");
+  REQUIRE(off.ok());
+  CHECK_FALSE(off->bridge.redirect);
+  CHECK_FALSE(parse_config(std::string(base) + "redirect = \"yes\"\n", "r.toml").ok());
 }
 
 TEST_CASE("accepted sockets inherit TCP_NODELAY from the listener") {

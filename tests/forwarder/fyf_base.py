@@ -33,8 +33,8 @@ class Rig:
     fy-forwarder in the VM namespace. Use as a context manager."""
 
     def __init__(self, tag, containers=(("podman1", 2),), forwarder=True, fwd_kw=None,
-                 redirect=True):
-        self.topo = Topology(tag, containers=containers, redirect=redirect)
+                 preinstall_redirect=False):
+        self.topo = Topology(tag, containers=containers, preinstall_redirect=preinstall_redirect)
         self.want_forwarder = forwarder
         self.fwd_kw = dict(fwd_kw or {})
         self.fwd = None

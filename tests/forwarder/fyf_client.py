@@ -12,6 +12,9 @@ line per connection:
 
 --until length: read the response head and Content-Length bytes, then close
 first; --until eof (default): read until the server side closes.
+--shut-after-ms N: half-close (shutdown SHUT_WR) N ms after sending, then read
+on. --upload-after-eof N: once the server side has closed, send N more bytes
+(the server may still read), then close.
 """
 
 import argparse
@@ -25,7 +28,7 @@ import sys
 import time
 
 
-def exchange(host, port, data, timeout, until, hold_ms):
+def exchange(host, port, data, timeout, until, hold_ms, shut_after_ms=None, upload=0):
     t0 = time.monotonic()
     s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     s.settimeout(timeout)
@@ -35,6 +38,10 @@ def exchange(host, port, data, timeout, until, hold_ms):
         out["local"] = "%s:%d" % s.getsockname()[:2]
         if data:
             s.sendall(data)
+        if shut_after_ms is not None:
+            time.sleep(shut_after_ms / 1000.0)
+            s.shutdown(socket.SHUT_WR)
+            out["shut"] = True
         buf = b""
         need = None
         while True:
@@ -52,6 +59,9 @@ def exchange(host, port, data, timeout, until, hold_ms):
                     if line.lower().startswith("content-length:"):
                         length = int(line.split(":", 1)[1])
                 need = len(head) + length
+        if upload and out.get("eof"):
+            s.sendall(b"u" * upload)
+            out["uploaded"] = upload
         if hold_ms:
             time.sleep(hold_ms / 1000.0)
         out["ok"] = True
@@ -77,6 +87,9 @@ def main():
     ap.add_argument("--timeout", type=float, default=10.0)
     ap.add_argument("--until", choices=["eof", "length"], default="eof")
     ap.add_argument("--hold-ms", type=int, default=0, help="wait before closing")
+    ap.add_argument("--shut-after-ms", type=int, help="half-close this long after sending")
+    ap.add_argument("--upload-after-eof", type=int, default=0,
+                    help="after the server's EOF, send this many bytes before closing")
     ap.add_argument("--cgroup")
     ap.add_argument("--comm")
     ap.add_argument("--uid", type=int)
@@ -95,7 +108,7 @@ def main():
     data = base64.b64decode(a.send_b64) if a.send_b64 else b""
     for _ in range(a.count):
         print(json.dumps(exchange(host.strip("[]"), int(port), data, a.timeout, a.until,
-                                  a.hold_ms)), flush=True)
+                                  a.hold_ms, a.shut_after_ms, a.upload_after_eof)), flush=True)
     return 0
 
 

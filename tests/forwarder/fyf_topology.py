@@ -5,11 +5,14 @@ The shape of a walled Lima VM with rootless podman (ADR-0034), on one machine:
     fyf-<tag>-<pid>-c<i>  "containers": eth0 10.89.<n>.<10+i>/24, default via the bridge
           |  veth
     fyf-<tag>-<pid>-rl    "rootless" bridge namespace: bridges podman1 (10.89.0.1/24),
-                     podman2 (10.89.1.1/24), ...; an nft redirect sends
-                     <gateway>:<daemon ports> to the local listener, keeping the
-                     port (fy-wall's job in the real VM); fy-forwarder's bridge
-                     listener lives here. No route out: the forwarder is the only
-                     way to the proxy.
+                     podman2 (10.89.1.1/24), ...; fy-forwarder's bridge listener
+                     lives here, and the forwarder itself installs the redirect
+                     that sends <gateway>:<daemon ports> to it, keeping the port
+                     (table ip fy_forwarder_redirect, made anew in every namespace
+                     it follows, as podman re-creates this one). No route out: the
+                     forwarder is the only way to the proxy; a connection to the
+                     gateway's daemon ports that nothing redirected is reset
+                     (table ip fyf_way_out, standing in for the VM's walls).
     fyf-<tag>-<pid>-vm    the VM's own namespace: eth0 192.168.5.15/24; fy-forwarder runs
           |  veth    here and dials the proxy from here
     fyf-<tag>-<pid>-host  "host": eth0 192.168.5.2/24 (the gateway the VM sees), where the
@@ -21,6 +24,10 @@ Use it as a context manager; it tears everything down whatever happens:
         proxy = topo.start_in_host(["python3", "recording_proxy.py", ...])
         fwd = topo.start_forwarder(config_text)
         topo.run_in_container(0, ["curl", ...])
+
+Topology(preinstall_redirect=True) puts a redirect of the topology's own (table
+ip fyf_redirect) into every rootless namespace it makes, as something other than
+the forwarder would; with forwarder_config(redirect=False) that is the only one.
 
 Every name starts with "fyf-" (namespaces, cgroups, files); nothing outside
 namespaces this module made is touched, except cgroups under
@@ -109,6 +116,18 @@ def clean_leftovers(tag):
         if m and not _alive(int(m.group(1))):
             subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=30)
     tmp = tempfile.gettempdir()
+    # Mounts a killed run left in its directory (the namespace-visibility tests
+    # bind namespaces there), innermost first.
+    try:
+        with open("/proc/self/mountinfo") as f:
+            points = [l.split()[4] for l in f]
+    except OSError:
+        points = []
+    for point in sorted(points, key=len, reverse=True):
+        rel = os.path.relpath(point, tmp)
+        m = pat.match(rel)
+        if not rel.startswith("..") and m and not _alive(int(m.group(1))):
+            subprocess.run(["umount", "-l", point], capture_output=True, timeout=30)
     for name in os.listdir(tmp):
         m = pat.match(name)
         if m and not _alive(int(m.group(1))):
@@ -164,8 +183,8 @@ class Proc:
 
 
 class Topology:
-    def __init__(self, tag, containers=(("podman1", 2),), route_direct=False, redirect=True,
-                 ports=(PROXY_PORT, TOKEN_PORT), keep_dir=False):
+    def __init__(self, tag, containers=(("podman1", 2),), route_direct=False,
+                 preinstall_redirect=False, ports=(PROXY_PORT, TOKEN_PORT), keep_dir=False):
         if len(tag) > 6:
             raise ValueError("tag must be at most 6 characters (interface name limits)")
         self.tag = tag
@@ -180,7 +199,7 @@ class Topology:
                 self.containers.append(("%s-c%d" % (self.name, len(self.containers)),
                                         "10.89.%d.%d" % (n, 10 + i), bridge))
         self.route_direct = route_direct
-        self.redirect = redirect
+        self.preinstall_redirect = preinstall_redirect
         self.ports = list(ports)
         self.host = self.name + "-host"
         self.vm = self.name + "-vm"
@@ -250,7 +269,8 @@ class Topology:
         self.make_rootless()
 
     def make_rootless(self):
-        """(Re-)creates the rootless namespace, its bridges, redirect and the containers."""
+        """(Re-)creates the rootless namespace, its bridges and the containers (and, with
+        preinstall_redirect, a redirect of its own; the forwarder installs its own)."""
         t = self.tag
         sh("ip", "netns", "add", self.rl)
         self.nsexec(self.rl, "ip", "link", "set", "lo", "up")
@@ -258,8 +278,19 @@ class Topology:
             self.nsexec(self.rl, "ip", "link", "add", bridge, "type", "bridge")
             self.nsexec(self.rl, "ip", "addr", "add", "10.89.%d.1/24" % n, "dev", bridge)
             self.nsexec(self.rl, "ip", "link", "set", bridge, "up")
-        if self.redirect:
-            ports = ", ".join(str(p) for p in self.ports)
+        ports = ", ".join(str(p) for p in self.ports)
+        # What a container's connection to the gateway's daemon ports meets when
+        # nothing redirected it: in the VM, pasta carries it out of this namespace
+        # and the walls refuse it; here, a reset at once. A filter after dstnat,
+        # so a connection the forwarder's redirect rewrote never matches. (Without
+        # it the namespace would drop such a SYN silently, and the client's
+        # retransmission a second later could find the forwarder after all.)
+        rules = ("table ip fyf_way_out {\n"
+                 " chain pre { type filter hook prerouting priority filter; policy accept;\n"
+                 "  ip daddr %s tcp dport { %s } reject with tcp reset\n }\n}\n" % (GATEWAY, ports))
+        subprocess.run(["ip", "netns", "exec", self.rl, "nft", "-f", "-"], input=rules,
+                       text=True, check=True, timeout=30)
+        if self.preinstall_redirect:
             rules = ("table ip fyf_redirect {\n"
                      " chain pre { type nat hook prerouting priority dstnat; policy accept;\n"
                      "  ip daddr %s tcp dport { %s } redirect\n }\n}\n" % (GATEWAY, ports))
@@ -357,8 +388,9 @@ class Topology:
 
     def forwarder_config(self, key_file, bridge=True, vm=False, extra="", upstream=GATEWAY,
                          walled=("1000", "100000-165535"), attribution="bpf", stamp_ports=None,
-                         connect_timeout_ms=2000, redials=8):
-        """A fy-forwarder config for this topology (docs/fy-forwarder.md)."""
+                         connect_timeout_ms=2000, redials=8, redirect=True):
+        """A fy-forwarder config for this topology (docs/fy-forwarder.md). `redirect`:
+        the bridge listener's [bridge] redirect (the forwarder installs the redirect)."""
         stamp_ports = self.ports[:1] if stamp_ports is None else stamp_ports
         lines = [
             'key_file = "%s"' % key_file,
@@ -376,7 +408,8 @@ class Topology:
                 "true" if p in stamp_ports else "false"), ""]
         if bridge:
             lines += ["[bridge]", 'netns = "/run/netns/%s"' % self.rl, 'listen = "0.0.0.0"',
-                      'net = "auto"', "poll_ms = 250", ""]
+                      'net = "auto"', "poll_ms = 250",
+                      "redirect = %s" % ("true" if redirect else "false"), ""]
         if vm:
             lines += ["[vm]", 'listen = "%s"' % VM_LISTEN,
                       "walled_uids = [%s]" % ", ".join('"%s"' % w for w in walled),

@@ -8,9 +8,14 @@ It does what the tests need the proxy role to do, and records it:
     else is recorded as unattributed with the reason;
   - strips every stamp header and forwards to the origin: CONNECT host:port
     (200, then a byte relay) or absolute-form (rewritten to origin-form);
-  - two built-in targets for the close tests: http://close-first.test/ answers
+  - built-in targets for the close tests: http://close-first.test/ answers
     itself and closes first; http://client-first.test/ answers and waits for
-    the client to close first.
+    the client to close first; http://close-after.test/<ms> waits <ms> after
+    the head, then answers (Connection: close) and closes;
+    http://half-close.test/<ms> answers (Connection: close) and half-closes at
+    once, reads nothing for <ms>, then reads what the client still sends,
+    slowly (64 KiB every 10 ms), and records it as a second row
+    {"upload_of": target, "upload_bytes": n, "upload_end": "eof"|"reset"}.
 One JSON line per connection goes to --log (flushed at once). With
 --cpp-verifier (fyf-stamp-tool), every stamp is also judged by the C++
 verify() and ReplayGuard of core/stamp.h, recorded as "cpp_status"; the two
@@ -144,6 +149,35 @@ def handle(conn, peer, key, logf, conn_no):
             conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\nConnection: close\r\n\r\n"
                          b"close-first")
             conn.close()  # the proxy side closes first
+            return
+        if host == "close-after.test":
+            write_row(logf, row)
+            time.sleep(int(path.strip("/") or "0") / 1000.0)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\nConnection: close\r\n\r\n"
+                         b"close-after")
+            conn.close()  # the proxy side closes first
+            return
+        if host == "half-close.test":
+            write_row(logf, row)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\nConnection: close\r\n\r\n"
+                         b"half-close")
+            conn.shutdown(socket.SHUT_WR)  # the proxy side finishes first, and reads on
+            time.sleep(int(path.strip("/") or "0") / 1000.0)
+            got, end = len(rest), "timeout"
+            try:
+                while True:
+                    d = conn.recv(65536)
+                    if not d:
+                        end = "eof"
+                        break
+                    got += len(d)
+                    time.sleep(0.01)
+            except ConnectionResetError:
+                end = "reset"
+            except OSError as e:
+                end = repr(e)
+            write_row(logf, {"conn": conn_no, "upload_of": target, "upload_bytes": got,
+                             "upload_end": end})
             return
         if host == "client-first.test":
             write_row(logf, row)

@@ -7,9 +7,21 @@ there is no other way out of the rootless namespace. The liveness probe and the
 OCI hook report it. A restart serves again, says loudly that it follows a
 crash, and continues the stamp sequence (no stamp is refused as a replay). A
 SIGTERM is a clean stop. The systemd unit passes systemd-analyze.
+
+A bridge namespace the forwarder cannot see is not taken for "no bridge
+namespace": the status says bridge=absent:never-found, `--probe
+--require-bridge` fails, and the hook, which looks at the path itself from the
+runtime's mount namespace, holds the container when it sees a namespace there
+that the forwarder does not serve. The shipped unit's ProtectHome= leaves the
+namespace visible: the forwarder run in a mount namespace set up the way systemd
+sets up that setting (a slave of this one, the /run/user stand-in made
+read-only) follows a namespace mounted there later; with ProtectHome=yes (the
+stand-in covered by an empty directory) it would not, and the probe and the hook
+say so.
 """
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -19,6 +31,30 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fyf_base import (FORWARDER, GATEWAY, HOOK, ORIGIN, PROXY_PORT, Rig, get)  # noqa: E402
 from fyf_topology import source_dir  # noqa: E402
+
+UNIT = os.path.join(source_dir(), "forwarder", "exe", "fy-forwarder.service")
+
+
+def unit_protect_home():
+    with open(UNIT) as f:
+        m = re.search(r"^ProtectHome=(\S+)", f.read(), re.M)
+    return m.group(1) if m else "no"
+
+
+def probe(sock, *extra):
+    return subprocess.run([FORWARDER, "--probe", "--control", sock] + list(extra),
+                          capture_output=True, text=True, timeout=10)
+
+
+def hook(sock, timeout_ms=500, wrap=None):
+    """Runs the hook; `wrap`: a shell line run first in a private mount namespace
+    of the hook's own (the runtime's mount namespace, seeing what the forwarder
+    may not)."""
+    argv = [HOOK, "--control", sock, "--timeout-ms", str(timeout_ms)]
+    if wrap:
+        argv = ["unshare", "-m", "--propagation", "private", "sh", "-c",
+                wrap + " && exec " + " ".join(argv)]
+    return subprocess.run(argv, input="{}", capture_output=True, text=True, timeout=30)
 
 TUNNEL = r"""
 import socket, sys, time
@@ -135,9 +171,121 @@ class FailClosed(unittest.TestCase):
         self.assertEqual(spec["hook"]["path"], "/usr/libexec/fy/fy-forwarder-hook")
         self.assertGreater(spec["hook"]["timeout"], 5)  # longer than the hook's own bound
 
+    def test_a_namespace_it_cannot_see_is_not_taken_for_none(self):
+        with Rig("fcnf", containers=(("podman1", 1),), forwarder=False) as rig:
+            t = rig.topo
+            d = t.path("netns-dir")
+            os.makedirs(d)
+            path = os.path.join(d, "rootless-netns")
+            cfg = t.forwarder_config(rig.key_file).replace(
+                'netns = "/run/netns/%s"' % t.rl, 'netns = "%s"' % path)
+            rig.fwd = t.start_forwarder(cfg)
+            sock = os.path.join(t.path("state"), "control.sock")
+            # Nothing there yet: serving (the VM side, image pulls, may need it
+            # before any bridge container exists), but the bridge side says it has
+            # never found its namespace, and --require-bridge fails.
+            self.assertIn("bridge=absent:never-found", t.control("status"))
+            p = probe(sock)
+            self.assertEqual(p.returncode, 0, p.stdout)
+            p = probe(sock, "--require-bridge")
+            self.assertEqual(p.returncode, 1, p.stdout)
+            self.assertTrue(p.stdout.startswith(
+                "fail the bridge listener serves no namespace (bridge=absent:never-found)"),
+                p.stdout)
+            self.assertIn("ProtectHome", p.stdout)
+            self.assertEqual(hook(sock).returncode, 0)  # no namespace anywhere: nothing to wait for
+            # The namespace exists where the hook looks (a mount only the runtime's
+            # mount namespace has) and not where the forwarder looks.
+            open(path, "w").close()
+            mount = "mount --bind /run/netns/%s %s" % (t.rl, path)
+            h = hook(sock, wrap=mount)
+            self.assertEqual(h.returncode, 1, h.stderr)
+            self.assertIn("sees network namespace %d at %s" % (os.stat("/run/netns/" + t.rl).st_ino,
+                                                               path), h.stderr)
+            self.assertIn("The forwarder cannot see the namespace the container uses", h.stderr)
+            self.assertIn("ProtectHome=yes hides /run/user", h.stderr)
+            # Once the forwarder sees it too (a mount in its own mount namespace), it
+            # serves it, and the probe, the strict probe and the hook agree.
+            subprocess.run(["mount", "--bind", "/run/netns/" + t.rl, path], check=True, timeout=10)
+            try:
+                t.wait_status(rig.fwd, lambda s: "bridge=listening" in s, timeout=5)
+                self.assertEqual(probe(sock, "--require-bridge").returncode, 0)
+                h = hook(sock, wrap="true")
+                self.assertEqual(h.returncode, 0, h.stderr)
+                res = rig.client(0, get("http://%s/seen" % ORIGIN))[0]
+                self.assertEqual(res.get("status"), 200, res)
+            finally:
+                subprocess.run(["umount", path], timeout=10)
+            # Torn down: absent, holding the old namespace, no longer never-found.
+            st = t.wait_status(rig.fwd, lambda s: "bridge=absent:holding=" in s, timeout=5)
+            self.assertTrue(st.startswith("ok "), st)
+
+    def sandboxed(self, rig, protect_home):
+        """Starts the forwarder the way systemd runs it with ProtectHome=`protect_home`
+        (systemd.exec(5)): in a mount namespace of its own, a slave of this one,
+        where a stand-in for /run/user is made read-only (read-only) or covered by
+        an empty inaccessible directory (yes). Returns (forwarder, the path it
+        follows, which podman would mount later, under the stand-in)."""
+        t = rig.topo
+        run_user = t.path("run-user")
+        os.makedirs(os.path.join(run_user, "1000", "netns"))
+        # The stand-in is a mount point of its own that propagates, as /run/user is.
+        subprocess.run(["mount", "--bind", run_user, run_user], check=True, timeout=10)
+        self.addCleanup(subprocess.run, ["umount", "-R", "-l", run_user], timeout=10)
+        subprocess.run(["mount", "--make-shared", run_user], check=True, timeout=10)
+        path = os.path.join(run_user, "1000", "netns", "rootless-netns")
+        cfg = t.path("sandboxed.toml")
+        with open(cfg, "w") as f:
+            f.write(t.forwarder_config(rig.key_file).replace(
+                'netns = "/run/netns/%s"' % t.rl, 'netns = "%s"' % path))
+        prep = {"read-only": "mount --bind {d} {d} && mount -o remount,bind,ro {d}",
+                "yes": "mount -t tmpfs -o ro,mode=000 fyf-inaccessible {d}",
+                "no": "true"}[protect_home].format(d=run_user)
+        fwd = t.start(t.vm, ["unshare", "-m", "--propagation", "slave", "sh", "-c",
+                             prep + " && exec %s --config %s" % (FORWARDER, cfg)],
+                      "sandboxed-" + protect_home)
+        rig.fwd = fwd
+        t.wait_status(fwd, lambda s: s.startswith("ok "), timeout=10)
+        return fwd, path
+
+    def podman_makes_the_namespace(self, rig, path):
+        open(path, "w").close()
+        subprocess.run(["mount", "--bind", "/run/netns/" + rig.topo.rl, path], check=True,
+                       timeout=10)  # removed with the stand-in's umount -R
+
+    def test_the_units_protecthome_leaves_the_namespace_visible(self):
+        value = unit_protect_home()
+        self.assertIn(value, ("read-only", "no", "false"),
+                      "ProtectHome=%s hides /run/user, where the namespace lives" % value)
+        with Rig("fcph", containers=(("podman1", 1),), forwarder=False) as rig:
+            fwd, path = self.sandboxed(rig, "no" if value == "false" else value)
+            sock = os.path.join(rig.topo.path("state"), "control.sock")
+            self.assertIn("bridge=absent:never-found", rig.topo.control("status"))
+            self.podman_makes_the_namespace(rig, path)
+            rig.topo.wait_status(fwd, lambda s: "bridge=listening" in s, timeout=5)
+            self.assertEqual(probe(sock, "--require-bridge").returncode, 0)
+            self.assertEqual(hook(sock).returncode, 0)
+            res = rig.client(0, get("http://%s/sandboxed" % ORIGIN))[0]
+            self.assertEqual(res.get("status"), 200, res)
+
+    def test_protecthome_yes_would_hide_it_and_the_probe_and_hook_say_so(self):
+        with Rig("fcpy", containers=(("podman1", 1),), forwarder=False) as rig:
+            fwd, path = self.sandboxed(rig, "yes")
+            sock = os.path.join(rig.topo.path("state"), "control.sock")
+            self.podman_makes_the_namespace(rig, path)
+            time.sleep(0.6)  # more than two polls
+            status = rig.topo.control("status")
+            self.assertIn("bridge=absent:never-found", status)
+            self.assertEqual(probe(sock).returncode, 0)  # what it can see, it serves
+            p = probe(sock, "--require-bridge")
+            self.assertEqual(p.returncode, 1, p.stdout)
+            h = hook(sock)
+            self.assertEqual(h.returncode, 1, h.stderr)
+            self.assertIn("The forwarder cannot see the namespace", h.stderr)
+
     @unittest.skipUnless(shutil.which("systemd-analyze"), "systemd-analyze is not installed")
     def test_systemd_unit_is_valid(self):
-        unit = os.path.join(source_dir(), "forwarder", "exe", "fy-forwarder.service")
+        unit = UNIT
         with open(unit) as f:
             text = f.read()
         self.assertIn("Restart=always", text)

@@ -7,8 +7,11 @@ event watcher (inotify + mount events + poll) and for the poll alone.
 
 Each cycle does what rootless podman does around the first bridge container
 after a teardown: a new namespace at the same path (its inode may be one used
-before), bridges, the wall's redirect, a container wired to a bridge, then the
-hook (when tested), then the container's first request.
+before), bridges, a container wired to a bridge, then the hook (when tested),
+then the container's first request. Nothing else puts a redirect into the new
+namespace: the forwarder installs its own (table ip fy_forwarder_redirect)
+before it reports the namespace served, so a first connection that succeeds
+went through the forwarder's redirect.
 
 Writes the numbers to $FY_BUILD_DIR/fyf-follow.json and prints a table.
 """

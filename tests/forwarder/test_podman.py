@@ -6,9 +6,10 @@ podman runs inside the topology's VM namespace (so its bridge, podman0 under
 netavark or cni-podman0 under CNI, and the backend's rules live there, not on
 this machine), in a private mount namespace with a pure cgroup2 mount
 (../shared/machine.md). The forwarder's bridge listener follows that namespace
-and binds the bridge's address; a redirect (fy-wall's job in the VM) sends the
-container's gateway:42600 to it, keeping the port. The container is a local
-busybox image; busybox wget honours http_proxy.
+and binds the bridge's address; the forwarder's own redirect (table ip
+fy_forwarder_redirect, here `dnat to <bridge address>` as the listener is bound
+to one address) sends the container's gateway:42600 to it, keeping the port.
+The container is a local busybox image; busybox wget honours http_proxy.
 """
 
 import json
@@ -100,14 +101,8 @@ class Podman(unittest.TestCase):
     def test_real_container_is_stamped_with_its_address(self):
         ensure_image()
         bridge, bridge_ip = default_bridge()
-        with Rig("pod", containers=(), forwarder=False, redirect=False) as rig:
+        with Rig("pod", containers=(), forwarder=False) as rig:
             t = rig.topo
-            rules = ("table ip fyf_redirect {\n chain pre {\n"
-                     "  type nat hook prerouting priority dstnat; policy accept;\n"
-                     "  iifname \"%s\" ip daddr %s tcp dport %d redirect\n }\n}\n" % (
-                         bridge, GATEWAY, PROXY_PORT))
-            subprocess.run(["ip", "netns", "exec", t.vm, "nft", "-f", "-"], input=rules,
-                           text=True, check=True, timeout=10)
             cfg = t.forwarder_config(rig.key_file).replace(
                 'netns = "/run/netns/%s"' % t.rl, 'netns = "/run/netns/%s"' % t.vm).replace(
                 'listen = "0.0.0.0"', 'listen = "%s"' % bridge_ip)
@@ -133,6 +128,12 @@ class Podman(unittest.TestCase):
                 self.assertNotIn("Fy-Stamp", o["header_names"])
             with open(marker) as f:
                 self.assertEqual(f.read().split(), ["ran"], "the prestart hook did not run once")
+            # It went through the forwarder's own redirect, to the bound address.
+            table = subprocess.run(["ip", "netns", "exec", t.vm, "nft", "list", "table", "ip",
+                                    "fy_forwarder_redirect"], capture_output=True, text=True,
+                                   timeout=10)
+            self.assertEqual(table.returncode, 0, table.stderr)
+            self.assertIn("dnat to %s" % bridge_ip, table.stdout)
 
             # With the forwarder gone, the hook refuses the start, and says why.
             rig.fwd.stop()

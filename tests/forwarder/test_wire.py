@@ -4,7 +4,12 @@ side of the VM link) and in the kernel's socket tables (ss):
 
   - the upstream (proxy) closes first: the forwarder never sends it a FIN; once
     the client is done and every byte is acknowledged it resets, and the proxy's
-    side is left with no TIME_WAIT;
+    side is left with no TIME_WAIT — also when both FINs are found at once (the
+    forwarder stopped while they arrived, in either order), and when the client
+    still uploads after the proxy's FIN (the reset waits for SIOCOUTQ 0: every
+    byte arrives, the RST's sequence number is the proxy's last ACK);
+  - a client that half-closes straight after its request still gets the answer
+    (its FIN follows the head upstream);
   - the client closes first: a FIN goes upstream as before (TIME_WAIT, if any,
     stays in the VM);
   - a connect unanswered for connect_timeout_ms is re-dialled on a new socket (a
@@ -25,7 +30,8 @@ from fyf_base import GATEWAY, ORIGIN, PROXY_PORT, Rig, get  # noqa: E402
 from fyf_topology import VM_ADDR  # noqa: E402
 
 RIG = None
-LINE = re.compile(r"^(\d+\.\d+) IP (\S+)\.(\d+) > (\S+)\.(\d+): Flags \[([^\]]*)\]")
+LINE = re.compile(r"^(\d+\.\d+) IP (\S+)\.(\d+) > (\S+)\.(\d+): Flags \[([^\]]*)\]"
+                  r"(?:, seq (\d+)(?::(\d+))?)?(?:, ack (\d+))?")
 
 
 def setUpModule():
@@ -62,14 +68,19 @@ class Capture:
         return False
 
     def packets(self):
-        out = subprocess.run(["tcpdump", "-r", self.path, "-nn", "-tt"], capture_output=True,
-                             text=True, timeout=30).stdout
+        out = subprocess.run(["tcpdump", "-r", self.path, "-nn", "-tt", "-S"],
+                             capture_output=True, text=True, timeout=30).stdout
         pk = []
         for line in out.splitlines():
             m = LINE.match(line)
             if m:
+                # seq: the first sequence number (absolute, -S); seq_end: after the
+                # segment's data; ack: the acknowledged sequence number.
                 pk.append({"t": float(m[1]), "src": m[2], "sport": int(m[3]), "dst": m[4],
-                           "dport": int(m[5]), "flags": m[6]})
+                           "dport": int(m[5]), "flags": m[6],
+                           "seq": int(m[7]) if m[7] else None,
+                           "seq_end": int(m[8] or m[7]) if m[7] else None,
+                           "ack": int(m[9]) if m[9] else None})
         return pk
 
 
@@ -113,6 +124,155 @@ class Wire(unittest.TestCase):
         after = RIG.topo.stats()
         self.assertEqual(after["rst_closes"] - before["rst_closes"], 1)
         self.assertEqual(after["rst_forced"] - before["rst_forced"], 0)
+
+    def both_fins_at_once(self, client_shut_ms, proxy_close_ms, name):
+        """The client half-closes and the proxy answers (Connection: close) and
+        closes, both while the forwarder is stopped (SIGSTOP), so that when it
+        runs again it finds both FINs waiting. The proxy's came before the
+        forwarder sent any: the proxy closed first, whichever EOF is read first."""
+        self.restart_forwarder()
+        before = RIG.topo.stats()
+        target = "http://close-after.test/%d" % proxy_close_ms
+        out = {}
+
+        def run_client():
+            out["res"] = RIG.client(0, get(target), until="eof",
+                                    pre=["--shut-after-ms", str(client_shut_ms)])[0]
+
+        with Capture(name) as cap:
+            t = threading.Thread(target=run_client)
+            t.start()
+            port = forwarder_port(target)  # the head went through
+            pid = RIG.fwd.pid
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                time.sleep(max(client_shut_ms, proxy_close_ms) / 1000.0 + 0.4)
+                # Both FINs are here and neither has been read: the forwarder's
+                # client socket and its upstream socket are both in CLOSE-WAIT.
+                up = RIG.topo.nsexec(RIG.topo.vm, "ss", "-tnH", "state", "close-wait",
+                                     "( sport = :%d )" % port).stdout
+                down = RIG.topo.nsexec(RIG.topo.rl, "ss", "-tnH", "state", "close-wait",
+                                       "( sport = :%d )" % PROXY_PORT).stdout
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            t.join(30)
+            time.sleep(0.5)
+        self.assertTrue(up.strip(), "the proxy's FIN had not arrived while stopped")
+        self.assertTrue(down.strip(), "the client's FIN had not arrived while stopped")
+        res = out["res"]
+        self.assertEqual(res["status"], 200, res)
+        self.assertTrue(res.get("eof"), res)
+        self.assertTrue(res.get("shut"), res)
+        mine = [p for p in cap.packets() if p["src"] == VM_ADDR and p["sport"] == port]
+        theirs = [p for p in cap.packets() if p["dst"] == VM_ADDR and p["dport"] == port]
+        self.assertTrue(any("F" in p["flags"] for p in theirs), "the proxy closed")
+        self.assertFalse([p for p in mine if "F" in p["flags"]],
+                         "the forwarder sent a FIN after the proxy's")
+        self.assertTrue([p for p in mine if "R" in p["flags"]], "the forwarder sent no RST")
+        self.assertEqual(time_wait(RIG.topo.host, port), [], "TIME_WAIT on the host side")
+        after = RIG.topo.stats()
+        self.assertEqual(after["rst_closes"] - before["rst_closes"], 1)
+        self.assertEqual(after["fin_closes"] - before["fin_closes"], 0)
+        self.assertEqual(after["aborted"] - before["aborted"], 0)
+
+    def test_both_fins_at_once_client_fin_arrived_first(self):
+        # The client's FIN is the first event the forwarder handles: it must not
+        # pass it on as a FIN, because the proxy's FIN is already there.
+        self.both_fins_at_once(300, 700, "both-client-first")
+
+    def test_both_fins_at_once_proxy_fin_arrived_first(self):
+        self.both_fins_at_once(700, 300, "both-proxy-first")
+
+    def test_upstream_closes_first_rst_waits_for_every_byte_acked(self):
+        # The proxy answers and half-closes, then reads nothing for 1 s and then
+        # slowly, while the client sends 1 MiB after the proxy's EOF: when the
+        # client is done, the forwarder's upstream socket still holds unsent and
+        # unacknowledged bytes (SIOCOUTQ > 0), and the RST must wait for them.
+        self.restart_forwarder()
+        before = RIG.topo.stats()
+        target = "http://half-close.test/1000"
+        size = 1 << 20
+        with Capture("unacked") as cap:
+            res = RIG.client(0, get(target), until="eof", timeout=30,
+                             pre=["--upload-after-eof", str(size)])[0]
+            port = forwarder_port(target)
+            deadline = time.monotonic() + 30
+            row = None
+            while row is None and time.monotonic() < deadline:
+                row = next((r for r in RIG.proxy_rows() if r.get("upload_of") == target), None)
+                time.sleep(0.05)
+            time.sleep(0.3)
+        self.assertEqual(res.get("status"), 200, res)
+        self.assertTrue(res.get("eof"), res)
+        self.assertEqual(res.get("uploaded"), size, res)
+        self.assertIsNotNone(row, "the proxy never finished reading the upload")
+        # Every byte arrived, and the end was a reset, never our FIN.
+        self.assertEqual(row["upload_bytes"], size, row)
+        self.assertEqual(row["upload_end"], "reset", row)
+        mine = [p for p in cap.packets() if p["src"] == VM_ADDR and p["sport"] == port]
+        theirs = [p for p in cap.packets() if p["dst"] == VM_ADDR and p["dport"] == port]
+        self.assertFalse([p for p in mine if "F" in p["flags"]], "the forwarder sent a FIN")
+        rsts = [p for p in mine if "R" in p["flags"]]
+        self.assertTrue(rsts, "the forwarder sent no RST")
+        # The RST carries the next sequence number, which the proxy had acknowledged:
+        # nothing was outstanding when it went.
+        isn = next(p["seq"] for p in mine if p["flags"] == "S")
+
+        def rel(n):  # relative to our SYN, so a wrap of the 32-bit space is no matter
+            return (n - isn) % (1 << 32)
+        acked = max(rel(p["ack"]) for p in theirs if p["ack"] is not None)
+        sent_end = max(rel(p["seq_end"]) for p in mine if p["seq_end"] is not None)
+        self.assertEqual(rel(rsts[0]["seq"]), acked, (rsts[0], acked))
+        self.assertEqual(sent_end, acked)
+        self.assertGreater(acked, size)  # the upload (and the head) were acknowledged
+        self.assertGreater(rsts[0]["t"], max(p["t"] for p in theirs))
+        self.assertEqual(time_wait(RIG.topo.host, port), [], "TIME_WAIT on the host side")
+        after = RIG.topo.stats()
+        self.assertEqual(after["rst_closes"] - before["rst_closes"], 1)
+        self.assertEqual(after["rst_waited"] - before["rst_waited"], 1,
+                         "SIOCOUTQ was 0 already: this did not test the wait")
+        self.assertEqual(after["rst_forced"] - before["rst_forced"], 0)
+
+    def test_client_half_closes_straight_after_its_request(self):
+        # printf ... | nc -N: the head and the client's FIN arrive together (the
+        # forwarder is stopped until both wait in the accepted socket, so its
+        # first read finds the head and then the EOF). The request goes
+        # through, the FIN follows it upstream (the client closed first), and
+        # the answer comes back.
+        self.restart_forwarder()
+        before = RIG.topo.stats()
+        target = "http://client-first.test/half"
+        out = {}
+
+        def run_client():
+            out["res"] = RIG.client(0, get(target), until="eof", pre=["--shut-after-ms", "0"])[0]
+
+        with Capture("half-closed-client") as cap:
+            pid = RIG.fwd.pid
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                t = threading.Thread(target=run_client)
+                t.start()
+                deadline = time.monotonic() + 10
+                waiting = ""
+                while not waiting.strip() and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    waiting = RIG.topo.nsexec(RIG.topo.rl, "ss", "-tnH", "state", "close-wait",
+                                              "( sport = :%d )" % PROXY_PORT).stdout
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            self.assertTrue(waiting.strip(), "the client's head and FIN never arrived")
+            t.join(30)
+            port = forwarder_port(target)
+            time.sleep(0.3)
+        res = out["res"]
+        self.assertEqual(res.get("status"), 200, res)
+        self.assertIn("client-first", res["response"])
+        mine = [p for p in cap.packets() if p["src"] == VM_ADDR and p["sport"] == port]
+        self.assertTrue([p for p in mine if "F" in p["flags"]], "the client's FIN must go upstream")
+        after = RIG.topo.stats()
+        self.assertEqual(after["head_eof"] - before["head_eof"], 0)
+        self.assertEqual(after["fin_closes"] - before["fin_closes"], 1)
 
     def test_client_closes_first_gets_fin(self):
         self.restart_forwarder()
