@@ -126,6 +126,14 @@ Result<Config> parse_config(std::string_view text, const std::string& path) {
                                        "IPv{} address (or \"::\"), or set redirect = false and "
                                        "redirect some other way",
                                        l6 ? 6 : 4, up6 ? 6 : 4, up6 ? 6 : 4));
+      // A DNAT to loopback in prerouting is dropped as a martian: containers
+      // would hang on SYN retries instead of reaching the listener.
+      const std::string& l = c.bridge.listen;
+      if (l.rfind("127.", 0) == 0 || l == "::1")
+        b->error("listen", "is a loopback address, which the redirect cannot send a bridge's "
+                           "connections to (the kernel drops them as martians). Listen on \"" +
+                               std::string(l6 ? "::" : "0.0.0.0") +
+                               "\" or a bridge's address");
     }
     if (c.bridge.net != "auto") {
       bool ok = !c.bridge.net.empty() && c.bridge.net.size() <= 64;

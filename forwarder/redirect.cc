@@ -5,6 +5,12 @@
 #include "forwarder/redirect.h"
 
 #include <fmt/format.h>
+#include <linux/netlink.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <memory>
 #include <string_view>
@@ -70,6 +76,18 @@ std::string redirect_ruleset(const Config& cfg) {
 Result<void> install_redirect(const Config& cfg) {
   // A context's netlink socket belongs to the namespace it was made in: make
   // it here, on the namespace's thread, and free it before leaving.
+  //
+  // libnftables exit()s the process when it cannot open its netlink socket
+  // (EMFILE, ENOMEM, no nfnetlink): try one first, so that such a failure
+  // leaves this namespace unserved (and retried) instead of ending every
+  // connection the forwarder holds.
+  int probe = ::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_NETFILTER);
+  if (probe < 0)
+    return make_error(Errc::io,
+                      "cannot open a netfilter netlink socket ({}); is nf_tables in this kernel, "
+                      "and has the forwarder descriptors to spare?",
+                      strerror(errno));
+  ::close(probe);
   std::unique_ptr<nft_ctx, CtxFree> ctx(nft_ctx_new(NFT_CTX_DEFAULT));
   if (!ctx)
     return make_error(Errc::io,

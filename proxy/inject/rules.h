@@ -36,6 +36,10 @@ namespace fy::inject {
 // a re-issue of head and body: the reference's body streaming threshold. A
 // larger body is streamed without a copy, and its 401 goes back to the client.
 inline constexpr size_t kMaxReplayBody = 1024 * 1024;
+// All the bodies kept for a replay at once, proxy-wide: past it a body is
+// streamed unkept (a 401 to it goes back to the client), so a crowd of slow
+// uploads cannot pin kMaxReplayBody each.
+inline constexpr size_t kMaxReplayBodies = 64 * 1024 * 1024;
 
 enum class Kind : uint8_t { static_secret, command, github_app };
 const char* kind_name(Kind k);

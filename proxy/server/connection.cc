@@ -676,14 +676,11 @@ void Connection::on_credential(const inject::MintOutcome& out) {
 }
 
 void Connection::keep_body(const char* p, size_t n) {
-  if (ex_.kept_body.size() + n > inject::kMaxReplayBody) {
+  // Grown as bytes arrive (never reserved from Content-Length: a client that
+  // announces 1 MiB and trickles bytes holds only what it sent).
+  if (!ex_.kept_body.append(srv_.kept_body_bytes(), inject::kMaxReplayBody,
+                            inject::kMaxReplayBodies, p, n))
     ex_.body_unkept = true;
-    std::string().swap(ex_.kept_body);
-    return;
-  }
-  if (ex_.kept_body.empty() && req_head_.content_length)
-    ex_.kept_body.reserve(static_cast<size_t>(*req_head_.content_length));
-  ex_.kept_body.append(p, n);
 }
 
 bool Connection::replayable() const {
@@ -928,7 +925,15 @@ void Connection::forward_request(const HostPort& dest, policy::Kind kind, std::s
                origin_tls_ == tls;
   if (!reuse) {
     dial(dest, tls, /*use_pool=*/true);
-    if (closing_ || !origin_) return;
+    if (closing_) return;
+    if (!origin_) {
+      // The dial failed at once (no descriptor to spare, no address that
+      // takes a connect): the failure is answered on the next turn. Until
+      // then the rest of this request (its body, a pipelined one) is held,
+      // never read as a new head.
+      req_ = Req::wait;
+      return;
+    }
   }
   // Sent on a connection an earlier exchange (or another client, through the
   // pool) used: if it turns out closed, the request may be retried once.
@@ -968,8 +973,8 @@ void Connection::forward_request(const HostPort& dest, policy::Kind kind, std::s
   origin_->write(ex_.sent_head);
   if (ex_.replayed && !ex_.kept_body.empty()) {
     // Exactly the body bytes the first attempt sent, framing included.
-    origin_->write(ex_.kept_body);
-    std::string().swap(ex_.kept_body);
+    origin_->write(ex_.kept_body.bytes());
+    ex_.kept_body.release();
     ex_.body_sent = true;
     if (origin_->above_high()) pause_client(kPeerFull);
   }
@@ -1114,7 +1119,7 @@ void Connection::on_response_head(std::string_view head) {
   }
   // This response goes to the client: nothing will be re-issued.
   ex_.replay = false;
-  std::string().swap(ex_.kept_body);
+  ex_.kept_body.release();
   ex_.row.status = status;
   ex_.response_started = true;
   ++srv_.metrics().responses_forwarded;
@@ -1322,6 +1327,7 @@ void Connection::connect_next() {
       // descriptor, so idle clients can hold them all): the proxy's own
       // condition, not the origin's, and no other address fares better.
       ++srv_.metrics().dials_out_of_files;
+      out_of_files_ = true;
       retire_origin_keep_addrs();
       defer_origin_failure(
           Errc::io,
@@ -1423,9 +1429,10 @@ void Connection::origin_failed(Errc kind, const std::string& detail) {
 
 void Connection::fail_exchange(Errc kind, const std::string& reason, const std::string& dest) {
   ex_.row.error = reason;
-  // Errc::io is the proxy's own failure (connect_next: out of descriptors):
-  // 503, the request may be retried.
-  int status = kind == Errc::timeout ? 504 : kind == Errc::io ? 503 : 502;
+  // Out of descriptors (connect_next) is the proxy's own failure: 503, the
+  // request may be retried.
+  int status = kind == Errc::timeout ? 504 : out_of_files_ ? 503 : 502;
+  out_of_files_ = false;
   std::string body =
       status == 504 ? fmt::format("foldyard's proxy timed out reaching {}: {}\n", dest, reason)
       : status == 503

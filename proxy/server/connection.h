@@ -37,6 +37,54 @@ namespace fy::proxy {
 class Server;
 struct DnsQuery;
 
+// A request body kept for a 401 replay, counted in a proxy-wide total that it
+// keeps exact: whatever way it is dropped (release, reassignment, the
+// exchange or the connection going), its bytes leave the total.
+class KeptBody {
+ public:
+  KeptBody() = default;
+  KeptBody(const KeptBody&) = delete;
+  KeptBody& operator=(const KeptBody&) = delete;
+  KeptBody(KeptBody&& o) noexcept : bytes_(std::move(o.bytes_)), total_(o.total_) {
+    o.bytes_.clear();
+    o.total_ = nullptr;
+  }
+  KeptBody& operator=(KeptBody&& o) noexcept {
+    if (this != &o) {
+      release();
+      bytes_.swap(o.bytes_);
+      total_ = o.total_;
+      o.total_ = nullptr;
+    }
+    return *this;
+  }
+  ~KeptBody() { release(); }
+
+  // Appends n bytes unless this body would pass `each` or `*total` would pass
+  // `all`; then everything kept is released and false returned.
+  bool append(uint64_t* total, size_t each, size_t all, const char* p, size_t n) {
+    if (bytes_.size() + n > each || *total + n > all) {
+      release();
+      return false;
+    }
+    total_ = total;
+    bytes_.append(p, n);
+    *total += n;
+    return true;
+  }
+  void release() {
+    if (total_) *total_ -= bytes_.size();
+    total_ = nullptr;
+    std::string().swap(bytes_);
+  }
+  const std::string& bytes() const { return bytes_; }
+  bool empty() const { return bytes_.empty(); }
+
+ private:
+  std::string bytes_;
+  uint64_t* total_ = nullptr;
+};
+
 class Connection final : public StreamHandler {
  public:
   friend struct DnsQuery;
@@ -225,6 +273,7 @@ class Connection final : public StreamHandler {
   bool origin_tls_ = false;
   bool origin_ready_ = false;
   bool origin_fresh_ = true;  // no exchange has used it yet
+  bool out_of_files_ = false;  // the dial found no descriptor to spare: 503, not 502
   std::vector<sockaddr_storage> addrs_;
   size_t next_addr_ = 0;
   uint16_t dial_port_ = 0;
@@ -272,7 +321,7 @@ class Connection final : public StreamHandler {
     // upstream (framing included, so a re-issue sends exactly those bytes),
     // up to kMaxReplayBody. Only such exchanges copy body bytes; a body over
     // the bound (or one still arriving when the 401 comes) is not re-sent.
-    std::string kept_body;
+    KeptBody kept_body;
     bool body_unkept = false;    // some body bytes went up without a copy
   } ex_;
 };

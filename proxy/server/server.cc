@@ -523,6 +523,8 @@ std::string Server::render_metrics() const {
   };
   const Metrics& m = metrics_;
   gauge("fy_connections_open", "Client connections open now.", open_);
+  gauge("fy_replay_bodies_kept_bytes",
+        "Request body bytes kept for 401 replays now (bounded proxy-wide).", kept_body_bytes_);
   gauge("fy_connections_limit",
         "Clients admitted at once: --max-connections, or less if the open-file limit holds fewer.",
         max_connections_);

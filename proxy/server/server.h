@@ -97,6 +97,7 @@ class Server {
   const inject::BuildTokens& build_tokens() const { return build_tokens_; }
   uint64_t open_connections() const { return open_; }
   uint64_t open_files_limit() const { return nofile_; }
+  uint64_t* kept_body_bytes() { return &kept_body_bytes_; }
   // True when the Streams open (one descriptor each) leave no more than the
   // reserve of the open-file limit: an origin dial would run it short.
   bool descriptors_short() const { return Stream::live() + fd_reserve_ >= nofile_; }
@@ -169,6 +170,7 @@ class Server {
 
   Connection* head_ = nullptr;  // open connections (intrusive list)
   uint64_t open_ = 0;           // allocated connections, closing ones included
+  uint64_t kept_body_bytes_ = 0;  // request bodies kept for 401 replays (KeptBody)
   uint32_t max_connections_ = 0;
   uint64_t nofile_ = 0;      // RLIMIT_NOFILE at start
   uint64_t fd_reserve_ = 0;  // descriptors kept back from Streams (connection_budget)

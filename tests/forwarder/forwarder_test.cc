@@ -341,6 +341,13 @@ netns = "/run/user/1000/netns/rootless-netns"
   REQUIRE(off.ok());
   CHECK_FALSE(off->bridge.redirect);
   CHECK_FALSE(parse_config(std::string(base) + "redirect = \"yes\"\n", "r.toml").ok());
+
+  // Loopback: a prerouting DNAT to it is dropped as a martian.
+  auto lo = parse_config(std::string(base) + "listen = \"127.0.0.1\"\n", "r.toml");
+  REQUIRE_FALSE(lo.ok());
+  CHECK(lo.error().message.find("loopback") != std::string::npos);
+  CHECK(parse_config(std::string(base) + "listen = \"127.0.0.1\"\nredirect = false\n", "r.toml")
+            .ok());
 }
 
 TEST_CASE("accepted sockets inherit TCP_NODELAY from the listener") {

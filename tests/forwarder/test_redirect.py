@@ -127,6 +127,7 @@ class Redirect(unittest.TestCase):
                 while "table ip %s" % TABLE not in tables(t) and time.monotonic() < deadline:
                     time.sleep(0.05)
                 self.assertIn("table ip %s" % TABLE, tables(t))
+                started = time.monotonic()
                 fwd = t.start_forwarder(t.forwarder_config(rig.key_file), wait=False)
                 rig.fwd = fwd
                 status = t.wait_status(fwd, lambda s: "redirect could not be installed" in s)
@@ -147,8 +148,9 @@ class Redirect(unittest.TestCase):
                 log = fwd.log()
                 self.assertIn("cannot install the redirect (table ip %s)" % TABLE, log)
                 self.assertIn("set [bridge] redirect = false", log)
-                # Retried at most every 250 ms, and logged at most once a second.
-                self.assertLess(log.count("cannot install the redirect"), 6, log)
+                # Retried, and logged at most once a second however often it is.
+                lines = log.count("cannot install the redirect")
+                self.assertLessEqual(lines, int(time.monotonic() - started) + 2, log)
             finally:
                 owner.stdin.close()  # its socket closes: the owned table goes with it
                 owner.wait(timeout=10)

@@ -146,7 +146,7 @@ class Wire(unittest.TestCase):
             pid = RIG.fwd.pid
             os.kill(pid, signal.SIGSTOP)
             try:
-                time.sleep(max(client_shut_ms, proxy_close_ms) / 1000.0 + 0.4)
+                time.sleep(max(client_shut_ms, proxy_close_ms) / 1000.0 + 0.8)
                 # Both FINs are here and neither has been read: the forwarder's
                 # client socket and its upstream socket are both in CLOSE-WAIT.
                 up = RIG.topo.nsexec(RIG.topo.vm, "ss", "-tnH", "state", "close-wait",
@@ -178,10 +178,12 @@ class Wire(unittest.TestCase):
     def test_both_fins_at_once_client_fin_arrived_first(self):
         # The client's FIN is the first event the forwarder handles: it must not
         # pass it on as a FIN, because the proxy's FIN is already there.
-        self.both_fins_at_once(300, 700, "both-client-first")
+        # (Seconds, not milliseconds: the forwarder must be stopped before the
+        # first FIN, however slowly this machine notices the head went by.)
+        self.both_fins_at_once(1500, 2500, "both-client-first")
 
     def test_both_fins_at_once_proxy_fin_arrived_first(self):
-        self.both_fins_at_once(700, 300, "both-proxy-first")
+        self.both_fins_at_once(2500, 1500, "both-proxy-first")
 
     def test_upstream_closes_first_rst_waits_for_every_byte_acked(self):
         # The proxy answers and half-closes, then reads nothing for 1 s and then
@@ -357,7 +359,10 @@ class Wire(unittest.TestCase):
         self.assertIn("Connection refused", res["response"])
         self.assertIn("Fy-Forwarder-Refusal: upstream", res["response"])
         self.assertEqual(len(self.syn_ports(cap)), 1)  # no re-dial
-        self.assertLess(elapsed, 1.0)
+        # Answered at once, not after the 2 s connect timeout (the client's own
+        # clock: a loaded machine's process start-up is not in it).
+        self.assertLess(res["elapsed_ms"], 1500, res)
+        self.assertLess(elapsed, 10.0)
         after = RIG.topo.stats()
         self.assertEqual(after["upstream_failed"] - before["upstream_failed"], 1)
         self.assertEqual(after["redials"] - before["redials"], 0)

@@ -96,13 +96,16 @@ class ForwardProxy(unittest.TestCase):
             f.write(data)
         import hashlib
         want = hashlib.sha256(data).hexdigest()
-        r = curl("--data-binary", "@" + path, self.base + "/upload", proxy=self.proxy.url, check=True)
+        r = curl("--data-binary", "@" + path, self.base + "/upload?cl", proxy=self.proxy.url, check=True)
         self.assertEqual(json.loads(r.stdout), {"len": len(data), "sha256": want})
-        r = curl("--data-binary", "@" + path, "-H", "Transfer-Encoding: chunked", self.base + "/upload",
-                 proxy=self.proxy.url, check=True)
+        r = curl("--data-binary", "@" + path, "-H", "Transfer-Encoding: chunked",
+                 self.base + "/upload?chunked", proxy=self.proxy.url, check=True)
         self.assertEqual(json.loads(r.stdout), {"len": len(data), "sha256": want})
-        row = self.last_row(lambda r: r["path"] == "/upload" and r["method"] == "POST")
-        self.assertGreaterEqual(row["bytes_up"], len(data))
+        # Each upload's own row (rows are written in batches: wait for them,
+        # never take another test's /upload row for them).
+        for q in ("cl", "chunked"):
+            row = self.last_row(lambda r: r["path"] == "/upload?" + q and r["method"] == "POST")
+            self.assertGreaterEqual(row["bytes_up"], len(data), q)
 
     def test_expect_100_continue(self):
         data = b"y" * 5000

@@ -586,8 +586,8 @@ value_prefix = "Bearer "
     def test_a_slow_mint_does_not_count_against_the_exchange_timeout(self):
         # The mint (started ahead, at start) outlasts the 2 s exchange timeout
         # by far more than the proxy takes to start, so the request waits > 2 s.
-        policy = self.rule("slowmint", f"time.sleep(4.5)\nprint(json.dumps({{'value': {SLOW!r}, 'ttl': 0}}))\n")
-        with self.env.proxy(policy, args=["--io-timeout", "2", "--minter-timeout", "10"]) as p:
+        policy = self.rule("slowmint", f"time.sleep(7)\nprint(json.dumps({{'value': {SLOW!r}, 'ttl': 0}}))\n")
+        with self.env.proxy(policy, args=["--io-timeout", "2", "--minter-timeout", "15"]) as p:
             t0 = time.monotonic()
             r = https(p, "https://api.other.test/late", "-w", "\n%{http_code}")
             waited = time.monotonic() - t0
