@@ -628,9 +628,15 @@ void Connection::settle() {
     // Its FIN goes upstream (the client closed first) unless the upstream's
     // FIN is already here: then the upstream closed first, whatever order
     // this side saw the two EOFs in, and it must never get a FIN from us.
-    if (!fin_sent_upstream_ && !upstream_fin_arrived()) {
-      ::shutdown(ufd_, SHUT_WR);
-      fin_sent_upstream_ = true;
+    if (!fin_sent_upstream_) {
+      if (!upstream_fin_arrived()) {
+        ::shutdown(ufd_, SHUT_WR);
+        fin_sent_upstream_ = true;
+      } else {
+        // The upstream finished first: the client has half_closed_timeout_ms
+        // to take the rest, as when the upstream's EOF is read first.
+        ctx_->engine->arm(this, ctx_->cfg->half_closed_timeout_ms);
+      }
     }
     return;  // the upstream's remaining bytes still go to the client
   }
