@@ -257,10 +257,10 @@ void Forwarder::rescan_bridge(const char* why) {
   if (cfg_.bridge.redirect) {
     auto r = run_in_netns(ns->fd.get(), [this] { return install_redirect(cfg_); });
     if (!r) {
-      redirect_failed_ = ns->id;
-      redirect_failed_ms_ = mono_ms();
-      bridge_error_ = "the redirect could not be installed: " + r.error().message;
       uint64_t now = mono_ms();
+      redirect_failed_ = ns->id;
+      redirect_failed_ms_ = now;
+      bridge_error_ = "the redirect could not be installed: " + r.error().message;
       if (now - last_warn_ms_ > 1000) {
         last_warn_ms_ = now;
         log::error(

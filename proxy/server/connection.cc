@@ -1663,6 +1663,14 @@ void Connection::finish_tunnel_if_done() {
 
 void Connection::touch() { last_io_ms_ = uv_now(srv_.loop()); }
 
+bool Connection::silence_clock_runs() const {
+  // Not while a credential is awaited (the first, or a re-mint after a 401):
+  // the store answers within the minter timeout, and the clock starts again
+  // when it does (touch()). Not while dialling: the connect timeout bounds
+  // that, and the clock starts at the connect.
+  return !cred_ticket_ && !dial_start_ms_;
+}
+
 void Connection::arm_timer() {
   if (closing_) return;
   // Work deferred to the next loop turn (a dial that failed at once, the
@@ -1683,11 +1691,8 @@ void Connection::arm_timer() {
   switch (mode_) {
     case Mode::http:
       if (dial_start_ms_) consider(dial_start_ms_ + lim.connect_timeout_ms);
-      if (ex_.active && (cred_ticket_ || dial_start_ms_)) {
-        // Waiting for a credential (the first, or a re-mint after a 401): the
-        // store answers within the minter timeout; the exchange's silence
-        // clock starts again when it does. Dialling: the connect timeout
-        // bounds it, and the silence clock starts at the connect.
+      if (ex_.active && !silence_clock_runs()) {
+        // Waiting for a credential or a connect (silence_clock_runs()).
       } else if (ex_.active) {
         consider(last_io_ms_ + lim.io_timeout_ms);
       } else if (head_start_ms_) {
@@ -1761,10 +1766,9 @@ void Connection::handle_timer() {
                                   origin_dest_.authority(), lim.connect_timeout_ms / 1000));
         return;
       }
-      if (ex_.active && (cred_ticket_ || dial_start_ms_)) {
-        // Waiting for a credential or a connect: not the exchange's silence
-        // (arm_timer()).
-        // The timer ran for another deadline, e.g. an eager dial's.
+      if (ex_.active && !silence_clock_runs()) {
+        // Not the exchange's silence: the timer ran for another deadline,
+        // e.g. the connect timeout.
       } else if (ex_.active) {
         if (now >= last_io_ms_ + lim.io_timeout_ms) {
           if (!ex_.response_started) {

@@ -204,6 +204,8 @@ class Connection final : public StreamHandler {
   void linger();
   void finish_tunnel_if_done();
   void touch();
+  // The exchange's --io-timeout applies now (arm_timer and handle_timer agree).
+  bool silence_clock_runs() const;
   void arm_timer();
   static void on_timer(uv_timer_t* t);
   void handle_timer();
