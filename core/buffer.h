@@ -21,7 +21,7 @@ namespace fy {
 
 class Chunk {
  public:
-  static constexpr size_t kSize = 16 * 1024;
+  static constexpr size_t kSize = 64 * 1024;
   char* data() { return bytes_; }
   const char* data() const { return bytes_; }
   uint32_t refs() const { return refs_; }

@@ -99,8 +99,13 @@ void Listener::accept_on(Port& p) {
       ::close(fd);
       continue;
     }
-    socklen_t llen = sizeof a.local;
-    getsockname(fd, reinterpret_cast<sockaddr*>(&a.local), &llen);
+    // The local address matters only to the VM listener (the 4-tuple for
+    // sock_diag) and to a bridge listener naming its network by interface:
+    // one syscall a connection spared elsewhere.
+    if (kind_ == ListenerKind::vm || net_ == "auto") {
+      socklen_t llen = sizeof a.local;
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a.local), &llen);
+    }
     a.fd = fd;
     a.rule = p.rule;
     a.kind = kind_;

@@ -160,6 +160,7 @@ void Connection::on_io(bool upstream, uint32_t ev) {
   } else {
     if (in) c_readable_ = true;
     if (out) c_writable_ = true;
+    if (ev & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) c_hup_ = true;
   }
   switch (phase_) {
     case Phase::head:
@@ -241,9 +242,18 @@ void Connection::read_head() {
   const size_t max = ctx_->cfg->max_head_bytes;
   if (!head_buf_) head_buf_.reset(new char[max]);
   while (c_readable_ && head_have_ < max) {
-    ssize_t n = ::recv(cfd_, head_buf_.get() + head_have_, max - head_have_, 0);
+    size_t room = max - head_have_;
+    ssize_t n = ::recv(cfd_, head_buf_.get() + head_have_, room, 0);
     if (n > 0) {
       head_have_ += static_cast<size_t>(n);
+      // A short read from a TCP socket emptied its receive queue, and any
+      // later segment raises a new edge; the EAGAIN recv that would confirm
+      // it is one syscall a connection. Not when a FIN was already signalled
+      // (the edge that brought it is the one being handled): read on to it.
+      if (static_cast<size_t>(n) < room && !c_hup_) {
+        c_readable_ = false;
+        break;
+      }
       continue;
     }
     if (n < 0 && errno == EAGAIN) {
@@ -503,8 +513,8 @@ void Connection::send_head(bool early) {
   }
   pending_head_.shrink_to_fit();
   phase_ = Phase::relaying;
-  // The readiness flags are exact here: the head was read until EAGAIN, and
-  // every edge since (both sockets are watched) set them. A forced read would
+  // The readiness flags are exact here: the head was read until EAGAIN or a
+  // short read, and every edge since (both sockets are watched) set them. A forced read would
   // be two EAGAIN splices per connection.
   pump();
 }

@@ -217,6 +217,7 @@ class Connection final : public Retirable, private TimerSlot {
   bool c_writable_ = true;
   bool u_readable_ = false;
   bool u_writable_ = false;
+  bool c_hup_ = false;  // an event on the client socket signalled its FIN (or an error)
   uint32_t attempts_ = 0;
   uint64_t phase_start_ms_ = 0;
   // The client's first bytes and the parse of its head; both live until the

@@ -601,7 +601,7 @@ std::string Server::render_metrics() const {
   counter("fy_unattributed_total", "Connections recorded as unattributed.", m.unattributed);
   counter("fy_refused_unattributed_total", "Requests refused for lack of a stamp (require).",
           m.refused_unattributed);
-  gauge("fy_buffer_chunks_live", "16 KiB buffer chunks in use.", ChunkPool::live());
+  gauge("fy_buffer_chunks_live", "64 KiB buffer chunks in use.", ChunkPool::live());
   return out;
 }
 

@@ -12,6 +12,8 @@ line per connection:
 
 --until length: read the response head and Content-Length bytes, then close
 first; --until eof (default): read until the server side closes.
+--cuts 10,40 --gap-ms 50: send the bytes in pieces cut at those offsets, each
+its own segment, with a pause between.
 --shut-after-ms N: half-close (shutdown SHUT_WR) N ms after sending, then read
 on. --upload-after-eof N: once the server side has closed, send N more bytes
 (the server may still read), then close.
@@ -28,7 +30,8 @@ import sys
 import time
 
 
-def exchange(host, port, data, timeout, until, hold_ms, shut_after_ms=None, upload=0):
+def exchange(host, port, data, timeout, until, hold_ms, shut_after_ms=None, upload=0, cuts=(),
+             gap_ms=0):
     t0 = time.monotonic()
     s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     s.settimeout(timeout)
@@ -36,7 +39,16 @@ def exchange(host, port, data, timeout, until, hold_ms, shut_after_ms=None, uplo
     try:
         s.connect((host, port))
         out["local"] = "%s:%d" % s.getsockname()[:2]
-        if data:
+        if data and cuts:
+            # Each piece its own segment: TCP_NODELAY, and a pause between.
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            at = 0
+            for cut in list(cuts) + [len(data)]:
+                s.sendall(data[at:cut])
+                at = cut
+                if at < len(data):
+                    time.sleep(gap_ms / 1000.0)
+        elif data:
             s.sendall(data)
         if shut_after_ms is not None:
             time.sleep(shut_after_ms / 1000.0)
@@ -90,6 +102,8 @@ def main():
     ap.add_argument("--shut-after-ms", type=int, help="half-close this long after sending")
     ap.add_argument("--upload-after-eof", type=int, default=0,
                     help="after the server's EOF, send this many bytes before closing")
+    ap.add_argument("--cuts", default="", help="offsets to cut the bytes at (comma-separated)")
+    ap.add_argument("--gap-ms", type=int, default=50)
     ap.add_argument("--cgroup")
     ap.add_argument("--comm")
     ap.add_argument("--uid", type=int)
@@ -108,7 +122,9 @@ def main():
     data = base64.b64decode(a.send_b64) if a.send_b64 else b""
     for _ in range(a.count):
         print(json.dumps(exchange(host.strip("[]"), int(port), data, a.timeout, a.until,
-                                  a.hold_ms, a.shut_after_ms, a.upload_after_eof)), flush=True)
+                                  a.hold_ms, a.shut_after_ms, a.upload_after_eof,
+                                  [int(c) for c in a.cuts.split(",") if c], a.gap_ms)),
+              flush=True)
     return 0
 
 

@@ -79,6 +79,23 @@ class Bridge(unittest.TestCase):
         self.assertIn("Accept", row["header_names"])
         self.assertEqual(RIG.topo.stats()["stamps_stripped"] - before, 4)
 
+    def test_a_head_that_arrives_in_pieces_is_read_whole_and_stamped_once(self):
+        # Each piece its own segment, 50 ms apart: a short read is not the end
+        # of a head, and every later piece must wake the forwarder (a stall
+        # here ends in the 408 of the head timeout). Cuts inside the request
+        # line, inside a client-written stamp line and between the CR and LF
+        # of the blank line.
+        target = "http://%s/pieces" % ORIGIN
+        req = get(target, ["Fy-Stamp: v=1;src=10.89.0.99;net=x", "Accept: */*"])
+        cuts = sorted({3, req.index(b"Fy-Stamp") + 12, req.index(b"\r\n\r\n") + 3})
+        res = RIG.client(0, req, pre=["--cuts", ",".join(map(str, cuts)), "--gap-ms", "50"])[0]
+        self.assertTrue(res["ok"], res)
+        self.assertEqual(res["status"], 200, res)
+        self.assertGreaterEqual(res["elapsed_ms"], len(cuts) * 50 * 0.9, "the pieces were not sent apart")
+        row = RIG.proxy_row_for(target)
+        self.assert_valid_stamp(row, "10.89.0.10", "podman1")
+        self.assertEqual(row["header_names"], ["Host", "Accept", "Fy-Stamp"])
+
     def test_forged_and_replayed_stamps_are_refused_by_the_verifier(self):
         # Straight to the proxy from the VM namespace, as something that got round
         # the forwarder would: the verifier must not believe it.

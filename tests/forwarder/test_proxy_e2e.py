@@ -58,7 +58,8 @@ class ProxyEndToEnd(unittest.TestCase):
             cls.netlog = t.path("egress.jsonl")
             policy = t.path("policy.toml")
             with open(policy, "w") as f:
-                f.write(f'mode = "enforce"\nallow = ["{ORIGIN}", "tls.origin.test"]\n')
+                f.write(f'mode = "enforce"\nallow = ["{ORIGIN}", "tls.origin.test"]\n'
+                        'build_allow = ["build.origin.test"]\n')
             cls.state = t.path("proxy-state")
             t.start_in_host(["python3", FYTEST, "origin", "--host", ORIGIN, "--port", "80",
                              "--log", cls.origin_log], name="origin")
@@ -68,7 +69,8 @@ class ProxyEndToEnd(unittest.TestCase):
                 [os.path.join(build_dir(), "proxy", "fy-proxy"), "--listen", f"{GATEWAY}:{PROXY_PORT}",
                  "--admin", "off", "--state-dir", cls.state, "--policy", policy,
                  "--netlog", cls.netlog, "--stamp-key", cls.key_file, "--upstream-ca", ca.cert_path,
-                 "--resolve", f"tls.origin.test={ORIGIN}", "--log-level", "debug"], name="fy-proxy")
+                 "--resolve", f"tls.origin.test={ORIGIN}",
+                 "--resolve", f"build.origin.test={ORIGIN}", "--log-level", "debug"], name="fy-proxy")
             t.wait_listening(t.host, GATEWAY, PROXY_PORT, proc=cls.proxy)
             t.wait_listening(t.host, ORIGIN, 80)
             t.wait_listening(t.host, ORIGIN, 443)
@@ -85,10 +87,10 @@ class ProxyEndToEnd(unittest.TestCase):
         if "AddressSanitizer" in err or "runtime error:" in err:
             raise AssertionError("fy-proxy reported a sanitizer error:\n" + err[-3000:])
 
-    def client(self, i, data, ns=None, connect=None, pre=()):
+    def client(self, i, data, ns=None, connect=None, pre=(), until="length"):
         connect = connect or "%s:%d" % (GATEWAY, PROXY_PORT)
         argv = ["python3", CLIENT, "--connect", connect, "--count", "1", "--timeout", "10",
-                "--until", "length", "--send-b64", __import__("base64").b64encode(data).decode()]
+                "--until", until, "--send-b64", __import__("base64").b64encode(data).decode()]
         argv += list(pre)
         if ns:
             r = subprocess.run(["nsenter", "--net=/run/netns/" + ns, "--"] + argv,
@@ -143,6 +145,32 @@ class ProxyEndToEnd(unittest.TestCase):
             self.assertEqual(row["net"], "podman2")
         self.assertEqual(rows[0]["seq"], rows[1]["seq"], "one connection, one stamp")
         for rec in read_rows(self.tls_log):
+            self.assertNotIn("fy-stamp", [k.lower() for k, _ in rec["headers"]])
+
+    def test_keep_alive_requests_and_a_407_retry_inherit_the_first_heads_stamp(self):
+        # One connection through the forwarder, which stamps only its first
+        # head: a keep-alive request, a build host's 407 challenge and the
+        # retry that answers it (as git sends it), the retry carrying a stamp of
+        # the client's own. fy-proxy binds the forwarder's stamp to the
+        # connection: every row has it, the client's never counts and never
+        # reaches an origin.
+        forged = "v=1;src=10.0.0.99;net=evil;seq=1;boot=%s;mac=%s" % (
+            "0" * 8 + "-0000-0000-0000-" + "0" * 12, "0" * 64)
+        auth = __import__("base64").b64encode(b"fy-build:not-a-known-secret").decode()
+        data = (get(f"http://{ORIGIN}/ka-1") + get("http://build.origin.test/ka-407")
+                + get("http://build.origin.test/ka-retry",
+                      [f"Proxy-Authorization: Basic {auth}", f"Fy-Stamp: {forged}", "Connection: close"]))
+        res = self.client(1, data, until="eof")
+        self.assertTrue(res["ok"], res)
+        statuses = [int(x) for x in __import__("re").findall(r"HTTP/1\.1 (\d{3}) ", res["response"])]
+        self.assertEqual(statuses, [200, 407, 403], res["response"][:2000])
+        rows = [self.row(p) for p in ("/ka-1", "/ka-407", "/ka-retry")]
+        self.assertEqual([r["status"] for r in rows], [200, 407, 403])
+        for r in rows:
+            self.assertEqual((r["src"], r["net"]), (self.container_addr(1), "podman1"), r)
+            self.assertNotIn("unattributed", r)
+        self.assertEqual(len({r["seq"] for r in rows}), 1, "one connection, one stamp")
+        for rec in read_rows(self.origin_log):
             self.assertNotIn("fy-stamp", [k.lower() for k, _ in rec["headers"]])
 
     def test_a_stamp_replayed_or_forged_outside_the_forwarder_is_unattributed(self):
