@@ -62,6 +62,11 @@ class Stream {
 
   Stream(uv_loop_t* loop, StreamHandler* handler);
   ~Stream();
+  // Write coalescing across consecutive full reads (stream.cc, "Coalescing"):
+  // only for a loop whose owner calls flush_held() before every poll (a
+  // uv_prepare handle). Off by default; turning it off flushes what is held.
+  static void set_read_coalescing(bool on);
+  static void flush_held();
   // Streams made and not yet closed, process-wide (each holds at most one
   // descriptor; the loop thread only): what the descriptor budget counts.
   static uint64_t live() { return live_; }
@@ -165,6 +170,7 @@ class Stream {
   bool connected_ = false;  // accepted, or connect() completed
   bool in_pump_ = false;
   bool flush_deferred_ = false;  // on the list of streams to flush after the read callback
+  uint8_t held_reads_ = 0;       // consecutive full reads whose flush was held
 
   // TLS over memory BIOs (owned by ssl_).
   SSL* ssl_ = nullptr;

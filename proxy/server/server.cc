@@ -66,7 +66,7 @@ Server::Server(uv_loop_t* loop, Config config) : loop_(loop), config_(std::move(
   for (auto& [from, to] : config_.connect_to) connect_to_[from] = to;
 }
 
-Server::~Server() = default;
+Server::~Server() { Stream::set_read_coalescing(false); }
 
 std::pair<std::string, uint16_t> Server::resolve_target(const HostPort& dest) const {
   if (!connect_to_.empty()) {
@@ -161,6 +161,7 @@ Result<void> Server::start() {
   prepare_.data = this;
   uv_prepare_start(&prepare_, on_prepare);
   uv_unref(reinterpret_cast<uv_handle_t*>(&prepare_));
+  Stream::set_read_coalescing(true);  // on_prepare flushes what is held
 
   uv_timer_init(loop_, &policy_timer_);
   uv_timer_init(loop_, &drain_timer_);
@@ -432,6 +433,7 @@ void Server::on_prepare(uv_prepare_t* h) {
   // oldest has waited 50 ms (one write per batch, not one per iteration);
   // the netlog timer covers a loop that goes idle with rows pending.
   auto* s = static_cast<Server*>(h->data);
+  Stream::flush_held();  // writes held over full reads (stream.cc, "Coalescing")
   if (!s->netlog_->has_pending()) return;
   uint64_t now = uv_now(s->loop_);
   if (s->netlog_->pending_bytes() >= 64 * 1024 || now - s->netlog_flushed_ms_ >= 50) {
@@ -493,6 +495,7 @@ void Server::close_handles() {
   close(&sighup_);
   close(&sigterm_);
   close(&sigint_);
+  Stream::set_read_coalescing(false);  // nothing flushes at prepare any more
   close(&prepare_);
   close(&policy_timer_);
   close(&netlog_timer_);
