@@ -89,6 +89,9 @@ struct Config {
   // A bulk relay direction's pipe (relay.h, "Bulk directions"); pipes start at
   // the kernel's 64 KiB. 0 or <= 64 KiB: never grow.
   uint32_t pipe_size = 1024 * 1024;
+  // At most this many pipes grown to pipe_size at once, forwarder-wide: what
+  // the relay may hold in pipes is bounded by bulk_pipes x pipe_size.
+  uint32_t bulk_pipes = 128;
 
   BridgeConfig bridge;
   VmConfig vm;

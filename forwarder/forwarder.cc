@@ -125,7 +125,7 @@ Result<void> Forwarder::start(uv_loop_t* loop) {
                       cfg_.upstream_host);
   engine_ = std::make_unique<Engine>(loop_);
   if (!engine_->start()) return make_error(Errc::io, "epoll_create: {}", strerror(errno));
-  pipes_ = std::make_unique<PipePool>(cfg_.pipe_size);
+  pipes_ = std::make_unique<PipePool>(cfg_.pipe_size, cfg_.bulk_pipes);
   ctx_.engine = engine_.get();
   ctx_.cfg = &cfg_;
   ctx_.stamper = &stamper_;
@@ -520,7 +520,9 @@ Result<void> Forwarder::start_control() {
                   .unum("bulk_dirs", k.bulk_dirs)
                   .unum("seq", f->stamper_.issued())
                   .unum("bridge_switches", f->bridge_switches_)
-                  .unum("pipes_idle", f->pipes_ ? f->pipes_->idle() : 0);
+                  .unum("pipes_idle", f->pipes_ ? f->pipes_->idle() : 0)
+                  .unum("pipes_grown", f->pipes_ ? f->pipes_->grown() : 0)
+                  .unum("pipes_grow_capped", f->pipes_ ? f->pipes_->capped() : 0);
               for (size_t i = 1; i < static_cast<size_t>(Refusal::kCount); ++i)
                 o.unum(std::string("refused_") + refusal_name(static_cast<Refusal>(i)),
                        k.refused_by[i]);

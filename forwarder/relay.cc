@@ -82,12 +82,19 @@ bool PipePool::get(int* r, int* w) {
 
 bool PipePool::grow(int w) {
   if (bulk_size_ <= static_cast<uint32_t>(kDefaultSize)) return false;
+  if (grown_ >= max_grown_) {
+    ++capped_;
+    return false;
+  }
   // Fails (EPERM) past fs.pipe-max-size without CAP_SYS_RESOURCE: the pipe
   // keeps its size, which is only slower.
-  return fcntl(w, F_SETPIPE_SZ, static_cast<int>(bulk_size_)) > 0;
+  if (fcntl(w, F_SETPIPE_SZ, static_cast<int>(bulk_size_)) <= 0) return false;
+  ++grown_;
+  return true;
 }
 
 void PipePool::put(int r, int w, bool empty, bool grown) {
+  if (grown) --grown_;
   // A grown pipe's ring (40 bytes a slot) is not kept for small connections.
   if (empty && free_.size() < kMax && (!grown || fcntl(w, F_SETPIPE_SZ, kDefaultSize) > 0)) {
     free_.push_back({r, w});

@@ -54,24 +54,34 @@ class Stamper;
 class Attributor;
 
 // Pipes kept for reuse: only ever an empty pipe of the kernel's default size
-// (64 KiB) goes back.
+// (64 KiB) goes back. At most `max_grown` pipes are grown at once, so what the
+// relay may hold in pipes is bounded forwarder-wide (a pipe holds up to its
+// size while its destination is slow): beyond it a bulk direction keeps the
+// default size, which costs a few percent of CPU, not throughput.
 class PipePool {
  public:
   static constexpr size_t kMax = 1024;
   static constexpr int kDefaultSize = 64 * 1024;
   // `bulk_size`: what grow() makes a pipe (0 or <= 64 KiB: grow() does nothing).
-  explicit PipePool(uint32_t bulk_size) : bulk_size_(bulk_size) {}
+  PipePool(uint32_t bulk_size, uint32_t max_grown)
+      : bulk_size_(bulk_size), max_grown_(max_grown) {}
   ~PipePool();
   // A pipe of the default size; false when none can be made (fd exhaustion).
   bool get(int* r, int* w);
-  // Grows a pipe to the bulk size; true when it grew.
+  // Grows a pipe to the bulk size; true when it grew. False also when
+  // max_grown pipes are grown already (counted in capped()).
   bool grow(int w);
   // `grown`: grow() succeeded on it; it is shrunk back before reuse.
   void put(int r, int w, bool empty, bool grown);
   size_t idle() const { return free_.size(); }
+  uint32_t grown() const { return grown_; }
+  uint64_t capped() const { return capped_; }
 
  private:
   uint32_t bulk_size_;
+  uint32_t max_grown_;
+  uint32_t grown_ = 0;
+  uint64_t capped_ = 0;
   std::vector<std::array<int, 2>> free_;
 };
 

@@ -375,7 +375,7 @@ TEST_CASE("accepted sockets inherit TCP_NODELAY from the listener") {
 }
 
 TEST_CASE("the pipe pool: pipes start at 64 KiB, grow for bulk, shrink before reuse") {
-  PipePool pool(1024 * 1024);
+  PipePool pool(1024 * 1024, 8);
   int r = -1, w = -1;
   REQUIRE(pool.get(&r, &w));
   CHECK(fcntl(w, F_GETPIPE_SZ) == 64 * 1024);
@@ -391,10 +391,34 @@ TEST_CASE("the pipe pool: pipes start at 64 KiB, grow for bulk, shrink before re
   pool.put(r2, w2, false, false);  // not empty: closed, not kept
   CHECK(pool.idle() == 0);
 
-  PipePool fixed(0);
+  PipePool fixed(0, 8);
   REQUIRE(fixed.get(&r, &w));
   CHECK_FALSE(fixed.grow(w));
   fixed.put(r, w, true, false);
+}
+
+TEST_CASE("the pipe pool grows at most max_grown pipes at once") {
+  PipePool pool(128 * 1024, 2);  // 128 KiB: under the default fs.pipe-max-size (1 MiB)
+  int p[3][2];
+  bool grew[3];
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(pool.get(&p[i][0], &p[i][1]));
+    grew[i] = pool.grow(p[i][1]);
+  }
+  CHECK(grew[0]);
+  CHECK(grew[1]);
+  CHECK_FALSE(grew[2]);  // the cap: the third keeps 64 KiB
+  CHECK(fcntl(p[2][1], F_GETPIPE_SZ) == 64 * 1024);
+  CHECK(pool.grown() == 2);
+  CHECK(pool.capped() == 1);
+  pool.put(p[0][0], p[0][1], false, true);  // closed (not empty): its grant comes back
+  CHECK(pool.grown() == 1);
+  CHECK(pool.grow(p[2][1]));
+  CHECK(fcntl(p[2][1], F_GETPIPE_SZ) == 128 * 1024);
+  pool.put(p[1][0], p[1][1], true, true);  // kept: shrunk back to 64 KiB
+  pool.put(p[2][0], p[2][1], true, true);
+  CHECK(pool.grown() == 0);
+  CHECK(pool.idle() == 2);
 }
 
 TEST_CASE("cgroup paths are classified by their outermost scope") {

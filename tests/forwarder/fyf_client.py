@@ -14,6 +14,7 @@ line per connection:
 first; --until eof (default): read until the server side closes.
 --cuts 10,40 --gap-ms 50: send the bytes in pieces cut at those offsets, each
 its own segment, with a pause between.
+--delay-read-ms N: wait N ms after sending before reading the answer.
 --shut-after-ms N: half-close (shutdown SHUT_WR) N ms after sending, then read
 on. --upload-after-eof N: once the server side has closed, send N more bytes
 (the server may still read), then close.
@@ -31,7 +32,7 @@ import time
 
 
 def exchange(host, port, data, timeout, until, hold_ms, shut_after_ms=None, upload=0, cuts=(),
-             gap_ms=0):
+             gap_ms=0, delay_read_ms=0):
     t0 = time.monotonic()
     s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     s.settimeout(timeout)
@@ -54,6 +55,8 @@ def exchange(host, port, data, timeout, until, hold_ms, shut_after_ms=None, uplo
             time.sleep(shut_after_ms / 1000.0)
             s.shutdown(socket.SHUT_WR)
             out["shut"] = True
+        if delay_read_ms:
+            time.sleep(delay_read_ms / 1000.0)
         buf = b""
         need = None
         while True:
@@ -104,6 +107,7 @@ def main():
                     help="after the server's EOF, send this many bytes before closing")
     ap.add_argument("--cuts", default="", help="offsets to cut the bytes at (comma-separated)")
     ap.add_argument("--gap-ms", type=int, default=50)
+    ap.add_argument("--delay-read-ms", type=int, default=0, help="wait before reading the answer")
     ap.add_argument("--cgroup")
     ap.add_argument("--comm")
     ap.add_argument("--uid", type=int)
@@ -123,7 +127,8 @@ def main():
     for _ in range(a.count):
         print(json.dumps(exchange(host.strip("[]"), int(port), data, a.timeout, a.until,
                                   a.hold_ms, a.shut_after_ms, a.upload_after_eof,
-                                  [int(c) for c in a.cuts.split(",") if c], a.gap_ms)),
+                                  [int(c) for c in a.cuts.split(",") if c], a.gap_ms,
+                                  a.delay_read_ms)),
               flush=True)
     return 0
 

@@ -15,6 +15,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -26,7 +27,9 @@ RIG = None
 
 def setUpModule():
     global RIG
-    RIG = Rig("brg", containers=(("podman1", 2), ("podman2", 1)))
+    # bulk_pipes = 1: the forwarder-wide cap on grown pipes, met by one download.
+    RIG = Rig("brg", containers=(("podman1", 2), ("podman2", 1)),
+              fwd_kw={"extra": "[limits]\nbulk_pipes = 1\n"})
     RIG.__enter__()
 
 
@@ -181,6 +184,31 @@ class Bridge(unittest.TestCase):
         res = RIG.client(1, get("http://%s/big/%d" % (ORIGIN, 24 << 20)), timeout=60)[0]
         self.assertTrue(res["ok"], res)
         self.assertEqual(res["bytes"] - res["response"].index("\r\n\r\n") - 4, 24 << 20)
+
+    def test_parallel_downloads_past_the_grown_pipe_cap_are_intact(self):
+        # Three downloads whose clients wait before reading: each direction
+        # fills its pipe and turns bulk while the others are still open, so
+        # with bulk_pipes = 1 one pipe grows and two are refused the growth.
+        # All three arrive whole, and every grant comes back.
+        before = RIG.topo.stats()
+        n = 8 << 20
+        results = [None] * 3
+
+        def run(i):
+            results[i] = RIG.client(i, get("http://%s/big/%d" % (ORIGIN, n)), timeout=60,
+                                    pre=["--delay-read-ms", "400"])[0]
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(90)
+        for res in results:
+            self.assertTrue(res and res["ok"], res)
+            self.assertEqual(res["bytes"] - res["response"].index("\r\n\r\n") - 4, n)
+        after = RIG.topo.stats()
+        self.assertGreaterEqual(after["bulk_dirs"] - before["bulk_dirs"], 3)
+        self.assertGreaterEqual(after["pipes_grow_capped"] - before["pipes_grow_capped"], 1)
+        self.assertEqual(after["pipes_grown"], 0)
 
     def test_token_service_port_is_relayed_without_stamp(self):
         # Not a proxy request and not canonical: the port is forwarded, not parsed.
