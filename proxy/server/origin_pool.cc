@@ -30,8 +30,13 @@ Stream* OriginPool::take(const std::string& key, StreamHandler* new_owner) {
 }
 
 void OriginPool::put(const std::string& key, Stream* s) {
+  if (closed_ || count_ >= max_total_) {
+    if (!closed_) ++full_;
+    s->close_and_delete();
+    return;
+  }
   auto& list = idle_[key];
-  if (closed_ || list.size() >= per_key_) {
+  if (list.size() >= per_key_) {
     s->close_and_delete();
     return;
   }

@@ -128,6 +128,8 @@ Result<void> Server::start() {
   FY_TRY(load_policy_initial());
   credentials_->update(policy_->rules(), policy_->rules().defaults);
   FY_TRY(fit_connection_limit());
+  // Idle origin connections take at most an eighth of the clients' descriptors.
+  origin_pool_->set_max_total(std::clamp<size_t>(max_connections_ / 8, 1, 1024));
 
   listener_ = std::make_unique<Listener>(
       loop_, 1024, [this](uv_stream_t* l) { on_connection(l); },
@@ -572,6 +574,9 @@ std::string Server::render_metrics() const {
   gauge("fy_cert_cache_entries", "Leaf certificates cached.", ca_->cached());
   gauge("fy_origin_pool_idle", "Idle cleartext origin connections kept for reuse.",
         origin_pool_->size());
+  counter("fy_origin_pool_full_total",
+          "Origin connections closed instead of pooled: the pool held its maximum.",
+          origin_pool_->full());
   counter("fy_origin_pool_reused_total", "Requests sent on a pooled origin connection.",
           origin_pool_->reused());
   counter("fy_tls_origin_resumptions_offered_total", "Sessions offered to origins for resumption.",

@@ -183,6 +183,24 @@ class PipelinedResponses(unittest.TestCase):
 
 
 class TunnelsAndPool(unittest.TestCase):
+    def test_the_origin_pool_holds_at_most_an_eighth_of_the_connection_limit(self):
+        # --max-connections 64: at most 8 idle origin connections in all, whatever
+        # the number of origins (16 per origin is the other bound). Ten origins,
+        # one keep-alive request each, inside the pool's 2 s: 8 kept, 2 closed.
+        import contextlib
+        with contextlib.ExitStack() as stack:
+            origins = [stack.enter_context(Origin()) for _ in range(10)]
+            allow = ", ".join(f'"127.0.0.1:{o.port}"' for o in origins)
+            p = stack.enter_context(Proxy(f'mode = "enforce"\nallow = [{allow}]\n',
+                                          args=["--max-connections", "64"]))
+            for o in origins:
+                h = f"127.0.0.1:{o.port}"
+                out = raw_exchange(p.port, f"GET http://{h}/one HTTP/1.1\r\nHost: {h}\r\n"
+                                           "Connection: close\r\n\r\n".encode())
+                self.assertEqual(http_status(out), 200, out[:200])
+            wait_until(lambda: p.metric("fy_origin_pool_full_total") == 2, what="two refused")
+            self.assertEqual(p.metric("fy_origin_pool_idle"), 8)
+
     def test_a_tunnel_never_takes_a_pooled_http_connection(self):
         x = RawOrigin(lambda c, head, n: c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"))
         with Proxy(f'mode = "enforce"\nallow = ["x.test:{x.port}"]\n', resolve=[("x.test", "127.0.0.1")]) as p:
