@@ -521,8 +521,8 @@ void Connection::send_head(bool early) {
   pending_head_.shrink_to_fit();
   phase_ = Phase::relaying;
   // The readiness flags are exact here: the head was read until EAGAIN or a
-  // short read, and every edge since (both sockets are watched) set them. A forced read would
-  // be two EAGAIN splices per connection.
+  // short read, and every edge since (both sockets are watched) set them. A
+  // forced read would be two EAGAIN splices per connection.
   pump();
 }
 

@@ -63,8 +63,7 @@ class PipePool {
   static constexpr size_t kMax = 1024;
   static constexpr int kDefaultSize = 64 * 1024;
   // `bulk_size`: what grow() makes a pipe (0 or <= 64 KiB: grow() does nothing).
-  PipePool(uint32_t bulk_size, uint32_t max_grown)
-      : bulk_size_(bulk_size), max_grown_(max_grown) {}
+  PipePool(uint32_t bulk_size, uint32_t max_grown) : bulk_size_(bulk_size), max_grown_(max_grown) {}
   ~PipePool();
   // A pipe of the default size; false when none can be made (fd exhaustion).
   bool get(int* r, int* w);

@@ -75,6 +75,10 @@ def main():
     ap.add_argument("--ab", metavar="FORWARDER",
                     help="a third arm, via-b: this fy-forwarder binary ('same' for the build's "
                          "own) with --ab-extra, alternated with via; prints paired differences")
+    ap.add_argument("--ab-proxy", metavar="FY_PROXY",
+                    help="with --fy-proxy: a third arm, via-b: the same forwarder in front of "
+                         "this fy-proxy binary, alternated with via (only one proxy runs at a "
+                         "time); prints paired differences")
     ap.add_argument("--skip-direct", action="store_true",
                     help="with --ab: only the two forwarder arms (A/B comparisons)")
     ap.add_argument("--ab-extra", default=None,
@@ -83,6 +87,8 @@ def main():
                     help="after setting up, print the commands for each arm and wait for Enter "
                          "(for profiling by hand); no measurement")
     a = ap.parse_args()
+    if a.ab_proxy and (not a.fy_proxy or a.ab):
+        ap.error("--ab-proxy needs --fy-proxy, and not --ab (one comparison at a time)")
     os.environ["FY_BUILD_DIR"] = os.path.abspath(a.build)
     from fyf_topology import GATEWAY, ORIGIN, PROXY_PORT, Topology, sh
 
@@ -144,10 +150,11 @@ http {{
             # The real proxy, enforcing, with the origin granted and verified.
             with open(os.path.join(d, "policy.toml"), "w") as f:
                 f.write('mode = "enforce"\nallow = ["%s"]\n' % ORIGIN)
-            a.proxy_cmd = ("%s --listen {gateway}:{port} --stamp-key {key} --admin off "
-                           "--state-dir {dir}/fy-proxy --policy {dir}/policy.toml "
-                           "--netlog {dir}/egress.jsonl --upstream-ca {dir}/origin.crt "
-                           "--log-level warn" % a.fy_proxy)
+            fy_cmd = ("%s --listen {gateway}:{port} --stamp-key {key} --admin off "
+                      "--state-dir {dir}/fy-proxy --policy {dir}/policy.toml "
+                      "--netlog {dir}/egress-%s.jsonl --upstream-ca {dir}/origin.crt "
+                      "--log-level warn")
+            a.proxy_cmd = fy_cmd % (a.fy_proxy, "a")
             a.proxy_name = "fy-proxy (%s)" % a.fy_proxy
         if a.stub_upstream:
             # Not a proxy: nginx answering every request itself, so that what is
@@ -175,6 +182,14 @@ http {{
                                  bench=bench)
         proxy = t.start_in_host(shlex.split(cmd), name="proxy")
         t.wait_listening(t.host, GATEWAY, PROXY_PORT, proc=proxy)
+        # With --ab-proxy the via-b arm runs a second proxy binary on the same
+        # address: the proxy is swapped (stopped, started, waited for) whenever
+        # the arm changes, as the forwarder is.
+        proxy_cmds = {}
+        proxy_state = {"cmd": cmd, "proc": proxy}
+        if a.ab_proxy:
+            proxy_cmds["via-b"] = (fy_cmd % (os.path.abspath(a.ab_proxy), "b")).format(
+                gateway=GATEWAY, port=PROXY_PORT, key=key_file, dir=d, bench=bench)
         # Arms: the direct path, the forwarder under test ("via") and, with --ab, a
         # second forwarder binary or configuration ("via-b"). Only one forwarder
         # runs at a time (they share the listener's port); it is restarted when
@@ -184,6 +199,9 @@ http {{
         base_cfg = t.forwarder_config(key_file, bridge=True, vm=False).replace(
             'log_level = "info"', 'log_level = "warn"')
         fwd_spec = {"via": (a.forwarder and os.path.abspath(a.forwarder), a.forwarder_extra)}
+        if a.ab_proxy:
+            arms["via-b"] = arms["via"]
+            fwd_spec["via-b"] = fwd_spec["via"]
         if a.ab:
             arms["via-b"] = arms["via"]
             fwd_spec["via-b"] = (None if a.ab == "same" else os.path.abspath(a.ab),
@@ -202,8 +220,19 @@ http {{
                 if isinstance(v, int):
                     fwd_stats[arm][k] = fwd_stats[arm].get(k, 0) + v
 
+        def use_proxy(arm):
+            want = proxy_cmds.get(arm, cmd)
+            if proxy_state["cmd"] == want:
+                return
+            proxy_state["proc"].stop()
+            proxy_state["proc"] = t.start_in_host(shlex.split(want), name="proxy-" + (
+                "b" if arm in proxy_cmds else "a"))
+            t.wait_listening(t.host, GATEWAY, PROXY_PORT, proc=proxy_state["proc"])
+            proxy_state["cmd"] = want
+
         def use(arm):
-            """Makes sure the forwarder of `arm` (if any) is the one running."""
+            """Makes sure the proxy and the forwarder of `arm` (if any) are the ones running."""
+            use_proxy(arm)
             if arm == "direct" or fwd_state["arm"] == arm:
                 return
             if fwd_state["proc"] is not None:
@@ -381,11 +410,15 @@ http {{
                "failures" % (errors["direct"], errors["via"], stats.get("stamped", 0),
                              stats.get("refused_head", 0), stats.get("upstream_failed", 0)))
     ab = None
-    if a.ab:
+    if a.ab or a.ab_proxy:
         ab = {k: paired("via", "via-b", k) for k in keys}
         out.append("")
-        out.append("A/B: via = %s %r; via-b = %s %r" % (
-            a.build, a.forwarder_extra, a.ab, fwd_spec["via-b"][1]))
+        if a.ab_proxy:
+            out.append("A/B: via = the forwarder before %s; via-b = the same before %s" % (
+                a.fy_proxy, a.ab_proxy))
+        else:
+            out.append("A/B: via = %s %r; via-b = %s %r" % (
+                a.build, a.forwarder_extra, a.ab, fwd_spec["via-b"][1]))
         out.append("%-32s %12s %12s %14s" % ("", "via", "via-b", "b - a (paired)"))
         for k in keys:
             if s[k]["via"] is None:

@@ -66,7 +66,9 @@ Server::Server(uv_loop_t* loop, Config config) : loop_(loop), config_(std::move(
   for (auto& [from, to] : config_.connect_to) connect_to_[from] = to;
 }
 
-Server::~Server() { Stream::set_read_coalescing(false); }
+Server::~Server() {
+  Stream::set_read_coalescing(false);
+}
 
 std::pair<std::string, uint16_t> Server::resolve_target(const HostPort& dest) const {
   if (!connect_to_.empty()) {
