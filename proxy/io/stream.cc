@@ -35,9 +35,9 @@ Errc classify(int uv_err) {
 // flush is held over up to kCoalesceReads such reads and what they produced
 // leaves in one write of up to 256 KiB instead of four of 64 KiB (fewer
 // segments for the peer to take in: the forwarder behind fy-proxy spends
-// 15-25 % less CPU per GiB; docs/bench-proxy.md). A short read, a read that ends or pauses the
-// reading, and the owner's flush_held() each end the hold; a small answer is
-// a short read and is never held.
+// 15-25 % less CPU per GiB; docs/bench-proxy.md). A short read, a read that
+// ends or pauses the reading, and the owner's flush_held() each end the hold;
+// a small answer is a short read and is never held.
 //
 // A held stream may be closed before the flush: its close callback takes it
 // off the list, so the list never holds a freed Stream.

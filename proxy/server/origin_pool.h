@@ -30,7 +30,6 @@ class OriginPool final : public StreamHandler {
   void put(const std::string& key, Stream* s);
   // The bound on all idle connections together; one past it is closed, not kept.
   void set_max_total(size_t n) { max_total_ = n; }
-  size_t max_total() const { return max_total_; }
   void clear();
   void close();  // for shutdown: clear() and stop the sweep timer
   size_t size() const { return count_; }

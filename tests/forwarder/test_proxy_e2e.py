@@ -13,10 +13,12 @@ cgroup using the VM listener is attributed to that container; kill -9 the
 forwarder and clients get refused/reset, and nothing reaches the proxy.
 """
 
+import base64
 import hashlib
 import hmac
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -90,7 +92,7 @@ class ProxyEndToEnd(unittest.TestCase):
     def client(self, i, data, ns=None, connect=None, pre=(), until="length"):
         connect = connect or "%s:%d" % (GATEWAY, PROXY_PORT)
         argv = ["python3", CLIENT, "--connect", connect, "--count", "1", "--timeout", "10",
-                "--until", until, "--send-b64", __import__("base64").b64encode(data).decode()]
+                "--until", until, "--send-b64", base64.b64encode(data).decode()]
         argv += list(pre)
         if ns:
             r = subprocess.run(["nsenter", "--net=/run/netns/" + ns, "--"] + argv,
@@ -156,13 +158,13 @@ class ProxyEndToEnd(unittest.TestCase):
         # reaches an origin.
         forged = "v=1;src=10.0.0.99;net=evil;seq=1;boot=%s;mac=%s" % (
             "0" * 8 + "-0000-0000-0000-" + "0" * 12, "0" * 64)
-        auth = __import__("base64").b64encode(b"fy-build:not-a-known-secret").decode()
+        auth = base64.b64encode(b"fy-build:not-a-known-secret").decode()
         data = (get(f"http://{ORIGIN}/ka-1") + get("http://build.origin.test/ka-407")
                 + get("http://build.origin.test/ka-retry",
                       [f"Proxy-Authorization: Basic {auth}", f"Fy-Stamp: {forged}", "Connection: close"]))
         res = self.client(1, data, until="eof")
         self.assertTrue(res["ok"], res)
-        statuses = [int(x) for x in __import__("re").findall(r"HTTP/1\.1 (\d{3}) ", res["response"])]
+        statuses = [int(x) for x in re.findall(r"HTTP/1\.1 (\d{3}) ", res["response"])]
         self.assertEqual(statuses, [200, 407, 403], res["response"][:2000])
         rows = [self.row(p) for p in ("/ka-1", "/ka-407", "/ka-retry")]
         self.assertEqual([r["status"] for r in rows], [200, 407, 403])
@@ -208,7 +210,7 @@ class ProxyEndToEnd(unittest.TestCase):
         time.sleep(0.2)
         for i in range(3):
             argv = ["python3", CLIENT, "--connect", f"{GATEWAY}:{PROXY_PORT}", "--count", "1", "--timeout",
-                    "3", "--send-b64", __import__("base64").b64encode(get(f"http://{ORIGIN}/after-kill")).decode()]
+                    "3", "--send-b64", base64.b64encode(get(f"http://{ORIGIN}/after-kill")).decode()]
             r = self.topo.run_in_container(i, argv, timeout=30)
             res = json.loads(r.stdout.splitlines()[0])
             self.assertFalse(res["ok"], res)

@@ -4,6 +4,7 @@ pipelined responses and origins that send more than they were asked,
 tunnels and the origin pool, declined upgrades, half-closed clients,
 handshakes that never finish, credentials that change while minted."""
 
+import contextlib
 import json
 import os
 import resource
@@ -187,7 +188,6 @@ class TunnelsAndPool(unittest.TestCase):
         # --max-connections 64: at most 8 idle origin connections in all, whatever
         # the number of origins (16 per origin is the other bound). Ten origins,
         # one keep-alive request each, inside the pool's 2 s: 8 kept, 2 closed.
-        import contextlib
         with contextlib.ExitStack() as stack:
             origins = [stack.enter_context(Origin()) for _ in range(10)]
             allow = ", ".join(f'"127.0.0.1:{o.port}"' for o in origins)
