@@ -91,6 +91,7 @@ Result<Config> parse_config(std::string_view text, const std::string& path) {
     if (auto v = lim->integer("connections", 1, 1000000)) c.max_connections = *v;
     if (auto v = lim->integer("pipe_size", 0, 16 * 1024 * 1024)) c.pipe_size = *v;
     if (auto v = lim->integer("bulk_pipes", 0, 100000)) c.bulk_pipes = *v;
+    if (auto v = lim->integer("workers", 0, 64)) c.workers = *v;
     lim->finish();
   }
 

@@ -92,6 +92,9 @@ struct Config {
   // At most this many pipes grown to pipe_size at once, forwarder-wide: what
   // the relay may hold in pipes is bounded by bulk_pipes x pipe_size.
   uint32_t bulk_pipes = 128;
+  // Event loops of the data path (forwarder/worker.h); 0: one per two CPUs
+  // the process may run on, at least 1, at most 8.
+  uint32_t workers = 0;
 
   BridgeConfig bridge;
   VmConfig vm;

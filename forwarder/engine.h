@@ -10,6 +10,9 @@
 // this engine owns the listening and relayed sockets.
 //
 // Contracts:
+//  - One engine per worker (forwarder/worker.h), used on that worker's thread
+//    only, except watch(), which is one epoll_ctl and may be called from any
+//    thread (the main thread registers a new listener's sockets with it).
 //  - Watch() registers an fd once (EPOLLIN|EPOLLOUT|EPOLLRDHUP|EPOLLET for
 //    relayed sockets, level-triggered EPOLLIN for listeners); closing the fd
 //    removes it. A Watcher must outlive its registration.

@@ -1,12 +1,14 @@
 #include "forwarder/forwarder.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -25,6 +27,8 @@ constexpr uint64_t kBurstEveryMs = 5;
 // there waits this long (an nft transaction blocks the loop for milliseconds;
 // the event burst would otherwise retry every 5 ms).
 constexpr uint64_t kRedirectRetryMs = 250;
+// [limits] workers = 0 (the default): one per two CPUs, at most this many.
+constexpr unsigned kMaxDefaultWorkers = 8;
 
 std::string dirname_of(const std::string& p) {
   size_t slash = p.rfind('/');
@@ -120,16 +124,12 @@ Result<void> Forwarder::start(uv_loop_t* loop) {
   check_previous_instance();
   FY_TRY(stamper_.init(cfg_.key_file, cfg_.boot_id_file, cfg_.state_dir));
 
-  if (!make_sockaddr(cfg_.upstream_host, 0, &ctx_.upstream, &ctx_.upstream_len))
+  if (!make_sockaddr(cfg_.upstream_host, 0, &base_.upstream, &base_.upstream_len))
     return make_error(Errc::invalid_argument, "upstream host {} is not an IP address",
                       cfg_.upstream_host);
-  engine_ = std::make_unique<Engine>(loop_);
-  if (!engine_->start()) return make_error(Errc::io, "epoll_create: {}", strerror(errno));
-  pipes_ = std::make_unique<PipePool>(cfg_.pipe_size, cfg_.bulk_pipes);
-  ctx_.engine = engine_.get();
-  ctx_.cfg = &cfg_;
-  ctx_.stamper = &stamper_;
-  ctx_.pipes = pipes_.get();
+  base_.cfg = &cfg_;
+  base_.stamper = &stamper_;
+  base_.shared = &shared_;
 
   if (cfg_.vm.enabled) {
     attributor_ = std::make_unique<Attributor>(cfg_.vm);
@@ -140,10 +140,24 @@ Result<void> Forwarder::start(uv_loop_t* loop) {
           "walk, which costs milliseconds per connection with many sockets open.",
           r.error().message);
     }
-    ctx_.attributor = attributor_.get();
+    base_.attributor = attributor_.get();
+  }
+
+  // The workers, before any listener: a listener has a socket per worker.
+  unsigned n = cfg_.workers ? cfg_.workers : default_workers();
+  for (unsigned i = 0; i < n; ++i) {
+    auto w = std::make_unique<Worker>(i, base_);
+    if (auto r = w->start(i == 0 ? loop_ : nullptr); !r) {
+      stop_workers();
+      return make_error(r.error().code, "cannot start the workers: {}", r.error().message);
+    }
+    workers_.push_back(std::move(w));
+  }
+
+  if (cfg_.vm.enabled) {
     auto own = own_netns();
-    auto l =
-        Listener::open(&ctx_, ListenerKind::vm, -1, own ? *own : NsId{}, cfg_.vm.listen, "host");
+    auto l = Listener::open(worker_ptrs(), cfg_, ListenerKind::vm, -1, own ? *own : NsId{},
+                            cfg_.vm.listen, "host");
     if (!l)
       return make_error(l.error().code, "the VM listener cannot listen: {}", l.error().message);
     vm_ = std::move(*l);
@@ -237,8 +251,8 @@ void Forwarder::rescan_bridge(const char* why) {
   if (cfg_.bridge.redirect && redirect_failed_ == ns->id &&
       mono_ms() - redirect_failed_ms_ < kRedirectRetryMs)
     return;  // bridge_error_ still says why
-  auto l = Listener::open(&ctx_, ListenerKind::bridge, ns->fd.get(), ns->id, cfg_.bridge.listen,
-                          cfg_.bridge.net);
+  auto l = Listener::open(worker_ptrs(), cfg_, ListenerKind::bridge, ns->fd.get(), ns->id,
+                          cfg_.bridge.listen, cfg_.bridge.net);
   if (!l) {
     bridge_error_ = l.error().message;
     uint64_t now = mono_ms();
@@ -365,6 +379,96 @@ void Forwarder::start_event_watches() {
   }
 }
 
+unsigned Forwarder::default_workers() {
+  // Half the CPUs this process may run on (a cpuset or taskset is honoured),
+  // at least one, at most kMaxDefaultWorkers. The forwarder shares the VM
+  // with the clients it serves: on two vCPUs a second worker measured no more
+  // connections a second and a slower small request (docs/bench-forwarder.md,
+  // "Workers"), while a forwarder that fills a core needs a second loop.
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  unsigned n = 1;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) n = static_cast<unsigned>(CPU_COUNT(&set));
+  return std::clamp(n / 2, 1u, kMaxDefaultWorkers);
+}
+
+std::vector<Worker*> Forwarder::worker_ptrs() const {
+  std::vector<Worker*> v;
+  for (const auto& w : workers_) v.push_back(w.get());
+  return v;
+}
+
+uint64_t Forwarder::total(Count Counters::*field) const {
+  uint64_t n = 0;
+  for (const auto& w : workers_) n += (w->ctx().counters.*field).get();
+  return n;
+}
+
+std::string Forwarder::stats_json() const {
+  struct Named {
+    const char* name;
+    Count Counters::*field;
+  };
+  static constexpr Named kSummed[] = {
+      {"accepted", &Counters::accepted},
+      {"over_limit", &Counters::over_limit},
+      {"accept_errors", &Counters::accept_errors},
+      {"stamped", &Counters::stamped},
+      {"relayed_unstamped", &Counters::relayed_unstamped},
+      {"stamps_stripped", &Counters::stamps_stripped},
+      {"refused_head", &Counters::refused_head},
+      {"head_timeouts", &Counters::head_timeouts},
+      {"head_eof", &Counters::head_eof},
+      {"redials", &Counters::redials},
+      {"upstream_failed", &Counters::upstream_failed},
+      {"attributed", &Counters::attributed},
+      {"attrib_bpf", &Counters::attrib_bpf},
+      {"attrib_proc", &Counters::attrib_proc},
+      {"attrib_uid", &Counters::attrib_uid},
+      {"attrib_refused_pasta", &Counters::attrib_refused_pasta},
+      {"attrib_failed", &Counters::attrib_failed},
+      {"attrib_us_total", &Counters::attrib_us_total},
+      {"fin_closes", &Counters::fin_closes},
+      {"rst_closes", &Counters::rst_closes},
+      {"rst_forced", &Counters::rst_forced},
+      {"rst_waited", &Counters::rst_waited},
+      {"aborted", &Counters::aborted},
+      {"half_closed_timeouts", &Counters::half_closed_timeouts},
+      {"bytes_up", &Counters::bytes_up},
+      {"bytes_down", &Counters::bytes_down},
+      {"bulk_dirs", &Counters::bulk_dirs},
+  };
+  std::string j;
+  JsonObject o(j);
+  o.unum("active", shared_.active.load());
+  for (const Named& n : kSummed) o.unum(n.name, total(n.field));
+  uint64_t us_max = 0, pipes_idle = 0, capped = 0;
+  std::string by_worker = "[";
+  for (const auto& w : workers_) {
+    us_max = std::max(us_max, w->ctx().counters.attrib_us_max.get());
+    pipes_idle += w->pipes() ? w->pipes()->idle() : 0;
+    capped += w->pipes() ? w->pipes()->capped() : 0;
+    if (by_worker.size() > 1) by_worker += ',';
+    by_worker += std::to_string(w->ctx().counters.accepted.get());
+  }
+  by_worker += ']';
+  o.unum("attrib_us_max", us_max)
+      .unum("seq", stamper_.issued())
+      .unum("bridge_switches", bridge_switches_)
+      .unum("workers", workers_.size())
+      .raw("accepted_by_worker", by_worker)
+      .unum("pipes_idle", pipes_idle)
+      .unum("pipes_grown", shared_.pipes_grown.load())
+      .unum("pipes_grow_capped", capped);
+  for (size_t i = 1; i < static_cast<size_t>(Refusal::kCount); ++i) {
+    uint64_t n = 0;
+    for (const auto& w : workers_) n += w->ctx().counters.refused_by[i].get();
+    o.unum(std::string("refused_") + refusal_name(static_cast<Refusal>(i)), n);
+  }
+  o.close();
+  return j;
+}
+
 std::string Forwarder::status_line() {
   std::string bridge = "off";
   bool serving = started_ && !stopping_;
@@ -401,7 +505,6 @@ std::string Forwarder::status_line() {
   }
   if (!started_) fail = "starting";
   if (stopping_) fail = "stopping";
-  const Counters& k = ctx_.counters;
   std::string attribution = !cfg_.vm.enabled                           ? "off"
                             : attributor_ && attributor_->bpf_active() ? "bpf"
                             : attribution_note_.empty()                ? "proc"
@@ -410,10 +513,13 @@ std::string Forwarder::status_line() {
     if (c == ' ') c = '_';
   std::string counters = fmt::format(
       "pid={} bridge={} vm={} attribution={} active={} accepted={} stamped={} refused_head={} "
-      "stamps_stripped={} redials={} upstream_failed={} rst_closes={} seq={} switches={}{}",
-      getpid(), bridge, vm, attribution, k.active, k.accepted, k.stamped, k.refused_head,
-      k.stamps_stripped, k.redials, k.upstream_failed, k.rst_closes, stamper_.issued(),
-      bridge_switches_, unclean_restart_ ? " restarted_after_crash=1" : "");
+      "stamps_stripped={} redials={} upstream_failed={} rst_closes={} seq={} switches={} "
+      "workers={}{}",
+      getpid(), bridge, vm, attribution, shared_.active.load(), total(&Counters::accepted),
+      total(&Counters::stamped), total(&Counters::refused_head), total(&Counters::stamps_stripped),
+      total(&Counters::redials), total(&Counters::upstream_failed), total(&Counters::rst_closes),
+      stamper_.issued(), bridge_switches_, workers_.size(),
+      unclean_restart_ ? " restarted_after_crash=1" : "");
   if (serving) return "ok " + counters;
   return "fail " + fail + " | " + counters;
 }
@@ -486,48 +592,7 @@ Result<void> Forwarder::start_control() {
             else if (cmd == "ready")
               cc->out = f->ready_line();
             else if (cmd == "stats") {
-              const Counters& k = f->ctx_.counters;
-              std::string j;
-              JsonObject o(j);
-              o.unum("accepted", k.accepted)
-                  .unum("active", k.active)
-                  .unum("over_limit", k.over_limit)
-                  .unum("accept_errors", k.accept_errors)
-                  .unum("stamped", k.stamped)
-                  .unum("relayed_unstamped", k.relayed_unstamped)
-                  .unum("stamps_stripped", k.stamps_stripped)
-                  .unum("refused_head", k.refused_head)
-                  .unum("head_timeouts", k.head_timeouts)
-                  .unum("head_eof", k.head_eof)
-                  .unum("redials", k.redials)
-                  .unum("upstream_failed", k.upstream_failed)
-                  .unum("attributed", k.attributed)
-                  .unum("attrib_bpf", k.attrib_bpf)
-                  .unum("attrib_proc", k.attrib_proc)
-                  .unum("attrib_uid", k.attrib_uid)
-                  .unum("attrib_refused_pasta", k.attrib_refused_pasta)
-                  .unum("attrib_failed", k.attrib_failed)
-                  .unum("attrib_us_total", k.attrib_us_total)
-                  .unum("attrib_us_max", k.attrib_us_max)
-                  .unum("fin_closes", k.fin_closes)
-                  .unum("rst_closes", k.rst_closes)
-                  .unum("rst_forced", k.rst_forced)
-                  .unum("rst_waited", k.rst_waited)
-                  .unum("aborted", k.aborted)
-                  .unum("half_closed_timeouts", k.half_closed_timeouts)
-                  .unum("bytes_up", k.bytes_up)
-                  .unum("bytes_down", k.bytes_down)
-                  .unum("bulk_dirs", k.bulk_dirs)
-                  .unum("seq", f->stamper_.issued())
-                  .unum("bridge_switches", f->bridge_switches_)
-                  .unum("pipes_idle", f->pipes_ ? f->pipes_->idle() : 0)
-                  .unum("pipes_grown", f->pipes_ ? f->pipes_->grown() : 0)
-                  .unum("pipes_grow_capped", f->pipes_ ? f->pipes_->capped() : 0);
-              for (size_t i = 1; i < static_cast<size_t>(Refusal::kCount); ++i)
-                o.unum(std::string("refused_") + refusal_name(static_cast<Refusal>(i)),
-                       k.refused_by[i]);
-              o.close();
-              cc->out = j;
+              cc->out = f->stats_json();
             } else {
               cc->out = "error unknown command; send one of: status, ready, stats";
             }
@@ -572,7 +637,7 @@ void Forwarder::stop() {
   // New connections are refused by the kernel from here on.
   bridge_.reset();
   vm_.reset();
-  while (ctx_.head) ctx_.head->abort_now();
+  stop_workers();
   auto close_h = [](auto* h) {
     auto* hh = reinterpret_cast<uv_handle_t*>(h);
     if (hh->type != UV_UNKNOWN_HANDLE && !uv_is_closing(hh)) uv_close(hh, nullptr);
@@ -594,7 +659,10 @@ void Forwarder::stop() {
     close_h(&sig_hup_);
     ::unlink((cfg_.state_dir + "/pid").c_str());
   }
-  if (engine_) engine_->stop(nullptr, nullptr);
+}
+
+void Forwarder::stop_workers() {
+  for (auto& w : workers_) w->stop();
 }
 
 }  // namespace fy::fwd

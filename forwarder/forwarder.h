@@ -1,4 +1,6 @@
-// fy-forwarder: the whole daemon on one libuv loop.
+// fy-forwarder: the daemon. The main loop runs the control plane and worker 0
+// of the data path; workers 1..n-1 run threads of their own
+// (forwarder/worker.h). On the main loop:
 //
 //   - the VM listener (forwarder's own namespace) and the bridge listener,
 //     which follows the rootless namespace: inotify on the path's directory,
@@ -16,6 +18,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/result.h"
 #include "forwarder/attrib.h"
@@ -24,6 +27,7 @@
 #include "forwarder/listener.h"
 #include "forwarder/relay.h"
 #include "forwarder/stamper.h"
+#include "forwarder/worker.h"
 
 namespace fy::fwd {
 
@@ -62,14 +66,20 @@ class Forwarder {
   void on_signal(int sig);
   void notify(const std::string& msg);
   void check_previous_instance();
+  static unsigned default_workers();
+  void stop_workers();
+  std::string stats_json() const;  // the control socket's "stats"
+  std::vector<Worker*> worker_ptrs() const;
+  // A counter summed over the workers.
+  uint64_t total(Count Counters::*field) const;
 
   Config cfg_;
   uv_loop_t* loop_ = nullptr;
-  std::unique_ptr<Engine> engine_;
-  std::unique_ptr<PipePool> pipes_;
   Stamper stamper_;
   std::unique_ptr<Attributor> attributor_;
-  RelayContext ctx_;
+  Shared shared_;
+  RelayContext base_;  // what every worker's context starts from
+  std::vector<std::unique_ptr<Worker>> workers_;
   std::unique_ptr<Listener> vm_;
   std::unique_ptr<Listener> bridge_;
   std::string bridge_error_;

@@ -13,103 +13,125 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "core/net.h"
+#include "forwarder/worker.h"
 
 namespace fy::fwd {
 
 namespace {
 constexpr int kBacklog = 4096;
-log::RateLimit g_accept_log(5, 1000);
+thread_local log::RateLimit g_accept_log(5, 1000);
 }  // namespace
 
-Result<std::unique_ptr<Listener>> Listener::open(RelayContext* ctx, ListenerKind kind, int ns_fd,
+Result<std::unique_ptr<Listener>> Listener::open(const std::vector<Worker*>& workers,
+                                                 const Config& cfg, ListenerKind kind, int ns_fd,
                                                  NsId ns, const std::string& ip,
                                                  const std::string& net) {
-  std::unique_ptr<Listener> l(new Listener(ctx, kind, ns, ip, net));
+  std::unique_ptr<Listener> l(new Listener(ns, ip));
+  auto common = std::make_shared<Common>();
+  common->kind = kind;
+  common->net = net;
+  common->desc = is_ipv6_literal(ip) ? "[" + ip + "]:" : ip + ":";
+  for (size_t i = 0; i < cfg.ports.size(); ++i) {
+    if (i) common->desc += ',';
+    common->desc += std::to_string(cfg.ports[i].port);
+  }
+  l->common_ = common;
+  const bool group = workers.size() > 1;
   auto make = [&]() -> Result<void> {
-    for (const PortRule& rule : ctx->cfg->ports) {
-      auto fd = listen_tcp(ip, rule.port, kBacklog);
-      if (!fd) return std::move(fd).take_error();
-      auto p = std::make_unique<Port>();
-      p->l = l.get();
-      p->fd = std::move(*fd);
-      p->rule = &rule;
-      l->ports_.push_back(std::move(p));
+    for (const PortRule& rule : cfg.ports) {
+      // A group binds with SO_REUSEPORT, which would join a group another
+      // process of this uid holds on the port: look first.
+      if (group) FY_TRY(check_port_free(ip, rule.port));
+      for (Worker* w : workers) {
+        auto fd = listen_tcp(ip, rule.port, kBacklog, group);
+        if (!fd) return std::move(fd).take_error();
+        auto p = std::make_unique<Port>();
+        p->common = common;
+        p->ctx = &w->ctx();
+        p->fd = std::move(*fd);
+        p->rule = &rule;
+        p->spare.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+        l->ports_.emplace_back(w, std::move(p));
+      }
     }
-    if (kind == ListenerKind::bridge && net == "auto") FY_TRY(l->ifmap_.open());
+    if (kind == ListenerKind::bridge && net == "auto") FY_TRY(common->ifmap.open());
     return {};
   };
   if (ns_fd >= 0)
     FY_TRY(run_in_netns(ns_fd, make));
   else
     FY_TRY(make());
-  l->spare_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-  for (auto& p : l->ports_) {
-    if (!ctx->engine->watch(p->fd.get(), EPOLLIN, p.get()))
+  // Only now, with the listener whole: a worker may accept from here on
+  // (epoll_ctl on a worker's engine is safe from this thread).
+  for (auto& [w, p] : l->ports_) {
+    if (!w->ctx().engine->watch(p->fd.get(), EPOLLIN, p.get()))
       return make_error(Errc::io, "epoll: {}", strerror(errno));
   }
   return l;
 }
 
 Listener::~Listener() {
-  for (auto& p : ports_) ctx_->engine->unwatch(p->fd.get());
-}
-
-std::string Listener::describe() const {
-  std::string s = is_ipv6_literal(ip_) ? "[" + ip_ + "]:" : ip_ + ":";
-  for (size_t i = 0; i < ports_.size(); ++i) {
-    if (i) s += ',';
-    s += std::to_string(ports_[i]->rule->port);
+  // A port may be handling an event on its worker right now: the worker
+  // unwatches and closes it, between two of its own event batches.
+  for (auto& [w, p] : ports_) {
+    Port* port = p.release();
+    w->post([port] {
+      port->ctx->engine->unwatch(port->fd.get());
+      delete port;
+    });
   }
-  return s;
 }
 
-void Listener::accept_on(Port& p) {
+void Listener::Port::accept_on() {
+  const Common& co = *common;
   for (int i = 0; i < 64; ++i) {
     Accepted a;
     socklen_t plen = sizeof a.peer;
-    int fd = ::accept4(p.fd.get(), reinterpret_cast<sockaddr*>(&a.peer), &plen,
-                       SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) {
+    int cfd = ::accept4(fd.get(), reinterpret_cast<sockaddr*>(&a.peer), &plen,
+                        SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (cfd < 0) {
       if (errno == EAGAIN || errno == EINTR) return;
       if (errno == ECONNABORTED) continue;
-      ++ctx_->counters.accept_errors;
+      ++ctx->counters.accept_errors;
       uint64_t suppressed = 0;
       if (g_accept_log.allow(mono_ms(), &suppressed))
         log::error(
             "accept on {}: {}; connections are being reset ({} similar lines "
             "suppressed). Raise LimitNOFILE or lower [limits] connections.",
-            describe(), strerror(errno), suppressed);
-      if ((errno == EMFILE || errno == ENFILE) && spare_) {
+            co.desc, strerror(errno), suppressed);
+      if ((errno == EMFILE || errno == ENFILE) && spare) {
         // Make room for one accept, reset that client, keep the spare.
-        spare_.reset();
-        int victim = ::accept4(p.fd.get(), nullptr, nullptr, SOCK_CLOEXEC);
+        spare.reset();
+        int victim = ::accept4(fd.get(), nullptr, nullptr, SOCK_CLOEXEC);
         if (victim >= 0) {
           linger l{1, 0};
           setsockopt(victim, SOL_SOCKET, SO_LINGER, &l, sizeof l);
           ::close(victim);
         }
-        spare_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+        spare.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
       }
       return;
     }
-    if (ctx_->counters.active >= ctx_->cfg->max_connections) {
-      ++ctx_->counters.over_limit;
+    // Forwarder-wide; read without a lock, so with several workers the limit
+    // may be passed by at most one connection per worker.
+    if (ctx->shared->active.load(std::memory_order_relaxed) >= ctx->cfg->max_connections) {
+      ++ctx->counters.over_limit;
       linger l{1, 0};
-      setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
-      ::close(fd);
+      setsockopt(cfd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+      ::close(cfd);
       continue;
     }
     // The local address matters only to the VM listener (the 4-tuple for
     // sock_diag) and to a bridge listener naming its network by interface:
     // one syscall a connection spared elsewhere.
-    if (kind_ == ListenerKind::vm || net_ == "auto") {
+    if (co.kind == ListenerKind::vm || co.net == "auto") {
       socklen_t llen = sizeof a.local;
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a.local), &llen);
+      getsockname(cfd, reinterpret_cast<sockaddr*>(&a.local), &llen);
     }
-    a.fd = fd;
-    a.rule = p.rule;
-    a.kind = kind_;
-    if (kind_ == ListenerKind::vm) {
+    a.fd = cfd;
+    a.rule = rule;
+    a.kind = co.kind;
+    if (co.kind == ListenerKind::vm) {
       a.net = "host";
       // The client's own view of where it connected: before the wall's
       // redirect if there was one (sock_diag needs the client's 4-tuple).
@@ -118,16 +140,19 @@ void Listener::accept_on(Port& p) {
       if (a.local.ss_family == AF_INET) {
         sockaddr_in od{};
         olen = sizeof od;
-        if (getsockopt(fd, SOL_IP, SO_ORIGINAL_DST, &od, &olen) == 0)
+        if (getsockopt(cfd, SOL_IP, SO_ORIGINAL_DST, &od, &olen) == 0)
           std::memcpy(&a.orig_dst, &od, sizeof od);
       } else {
         sockaddr_in6 od{};
         olen = sizeof od;
-        if (getsockopt(fd, SOL_IPV6, IP6T_SO_ORIGINAL_DST, &od, &olen) == 0)
+        if (getsockopt(cfd, SOL_IPV6, IP6T_SO_ORIGINAL_DST, &od, &olen) == 0)
           std::memcpy(&a.orig_dst, &od, sizeof od);
       }
-    } else if (net_ == "auto") {
-      a.net = ifmap_.name_for(sockaddr_ip(reinterpret_cast<sockaddr*>(&a.local)));
+    } else if (co.net == "auto") {
+      {
+        std::lock_guard<std::mutex> g(common->ifmap_mu);
+        a.net = common->ifmap.name_for(sockaddr_ip(reinterpret_cast<sockaddr*>(&a.local)));
+      }
       if (a.net.empty()) a.net = "unknown";
       // Interface names may hold bytes the stamp's net may not.
       if (a.net.size() > 64) a.net.resize(64);
@@ -136,9 +161,9 @@ void Listener::accept_on(Port& p) {
               ch == '_' || ch == '.' || ch == '-'))
           ch = '_';
     } else {
-      a.net = net_;
+      a.net = co.net;
     }
-    auto* c = new Connection(ctx_, std::move(a));
+    auto* c = new Connection(ctx, std::move(a));
     c->start();
   }
 }

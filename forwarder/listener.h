@@ -1,10 +1,19 @@
-// A set of listening sockets in one network namespace: one per daemon port on
-// one address. The bridge listener lives in the followed rootless namespace,
-// the VM listener in the forwarder's own. Accepted connections become
-// Connections (forwarder/relay.h).
+// A set of listening sockets in one network namespace: for each daemon port
+// on one address, one socket per worker (an SO_REUSEPORT group when there are
+// several; forwarder/worker.h). The bridge listener lives in the followed
+// rootless namespace, the VM listener in the forwarder's own. A connection is
+// accepted by the worker whose socket the kernel gave it to and becomes a
+// Connection there (forwarder/relay.h).
+//
+// Made and destroyed on the main thread. Each worker's sockets are watched by
+// that worker's engine from the moment open() returns; the destructor hands
+// each socket to its worker to unwatch and close, in order after whatever the
+// worker was asked before (a new namespace's listener is made first, so the
+// old sockets close only after the new ones accept).
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -16,11 +25,14 @@
 
 namespace fy::fwd {
 
+class Worker;
+
 class Listener {
  public:
   // Makes the sockets inside `ns_fd` (or in the caller's namespace when
-  // ns_fd < 0) and starts accepting on the engine.
-  static Result<std::unique_ptr<Listener>> open(RelayContext* ctx, ListenerKind kind, int ns_fd,
+  // ns_fd < 0) and starts accepting on every worker.
+  static Result<std::unique_ptr<Listener>> open(const std::vector<Worker*>& workers,
+                                                const Config& cfg, ListenerKind kind, int ns_fd,
                                                 NsId ns, const std::string& ip,
                                                 const std::string& net);
   // Closing the sockets: later connects to them are reset by the kernel.
@@ -29,28 +41,34 @@ class Listener {
   Listener& operator=(const Listener&) = delete;
 
   NsId ns() const { return ns_; }
-  ListenerKind kind() const { return kind_; }
-  std::string describe() const;  // "0.0.0.0:42600,42700"
+  ListenerKind kind() const { return common_->kind; }
+  const std::string& describe() const { return common_->desc; }  // "0.0.0.0:42600,42700"
 
  private:
+  // What a listener's ports share, read by whichever worker accepts.
+  struct Common {
+    ListenerKind kind = ListenerKind::bridge;
+    std::string net;   // "auto" (bridge): the interface of the local address
+    std::string desc;  // describe()
+    std::mutex ifmap_mu;
+    IfaceMap ifmap;  // guarded by ifmap_mu
+  };
+  // One socket of one port, on one worker: touched only on that worker.
   struct Port final : Watcher {
-    Listener* l = nullptr;
+    std::shared_ptr<Common> common;
+    RelayContext* ctx = nullptr;
     UniqueFd fd;
     const PortRule* rule = nullptr;
-    void on_io(uint32_t events) override { l->accept_on(*this); }
+    UniqueFd spare;  // released to accept-and-reset when out of fds
+    void on_io(uint32_t events) override { accept_on(); }
+    void accept_on();
   };
-  Listener(RelayContext* ctx, ListenerKind kind, NsId ns, std::string ip, std::string net)
-      : ctx_(ctx), kind_(kind), ns_(ns), ip_(std::move(ip)), net_(std::move(net)) {}
-  void accept_on(Port& p);
+  Listener(NsId ns, std::string ip) : ns_(ns), ip_(std::move(ip)) {}
 
-  RelayContext* ctx_;
-  ListenerKind kind_;
   NsId ns_;
   std::string ip_;
-  std::string net_;  // "auto" (bridge): the interface of the local address
-  std::vector<std::unique_ptr<Port>> ports_;
-  IfaceMap ifmap_;
-  UniqueFd spare_;  // released to accept-and-reset when out of fds
+  std::shared_ptr<Common> common_;
+  std::vector<std::pair<Worker*, std::unique_ptr<Port>>> ports_;
 };
 
 }  // namespace fy::fwd

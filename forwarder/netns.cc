@@ -69,7 +69,9 @@ Result<void> run_in_netns(int ns_fd, const std::function<Result<void>()>& fn) {
   return out;
 }
 
-Result<UniqueFd> listen_tcp(const std::string& ip, uint16_t port, int backlog) {
+namespace {
+
+Result<UniqueFd> bound_socket(const std::string& ip, uint16_t port, bool group) {
   sockaddr_storage ss;
   socklen_t len;
   if (!make_sockaddr(ip, port, &ss, &len))
@@ -78,6 +80,8 @@ Result<UniqueFd> listen_tcp(const std::string& ip, uint16_t port, int backlog) {
   if (!fd) return make_error(Errc::io, "socket: {}", strerror(errno));
   int one = 1;
   setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (group && setsockopt(fd.get(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0)
+    return make_error(Errc::io, "SO_REUSEPORT: {}", strerror(errno));
   if (ss.ss_family == AF_INET) {
     setsockopt(fd.get(), IPPROTO_IP, IP_FREEBIND, &one, sizeof one);
   } else {
@@ -86,12 +90,27 @@ Result<UniqueFd> listen_tcp(const std::string& ip, uint16_t port, int backlog) {
   if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&ss), len) != 0)
     return make_error(errno == EADDRINUSE ? Errc::refused : Errc::io, "cannot bind {}: {}",
                       sockaddr_string(reinterpret_cast<sockaddr*>(&ss)), strerror(errno));
+  return fd;
+}
+
+}  // namespace
+
+Result<UniqueFd> listen_tcp(const std::string& ip, uint16_t port, int backlog, bool group) {
+  auto fd = bound_socket(ip, port, group);
+  if (!fd) return fd;
   // Accepted sockets inherit TCP_NODELAY from the listener: one setsockopt
   // here instead of one per connection.
-  setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  if (::listen(fd.get(), backlog) != 0)
+  int one = 1;
+  setsockopt(fd->get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (::listen(fd->get(), backlog) != 0)
     return make_error(Errc::io, "listen on {}:{}: {}", ip, port, strerror(errno));
   return fd;
+}
+
+Result<void> check_port_free(const std::string& ip, uint16_t port) {
+  auto fd = bound_socket(ip, port, false);
+  if (!fd) return std::move(fd).take_error();
+  return {};
 }
 
 Result<void> IfaceMap::open() {
@@ -143,7 +162,7 @@ Result<void> nl_dump(int fd, uint16_t type, uint32_t seq,
 
 Result<void> IfaceMap::refresh() {
   last_refresh_ms_ = mono_ms();
-  static uint32_t seq = 1;
+  uint32_t& seq = nl_seq_;
   std::unordered_map<int, std::string> names;
   FY_TRY(nl_dump(nl_.get(), RTM_GETLINK, ++seq, [&](const nlmsghdr* nh) {
     if (nh->nlmsg_type != RTM_NEWLINK) return;

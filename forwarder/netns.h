@@ -43,11 +43,17 @@ Result<NsId> own_netns();
 Result<void> run_in_netns(int ns_fd, const std::function<Result<void>()>& fn);
 
 // A non-blocking listening TCP socket on ip:port in the calling thread's
-// namespace, with SO_REUSEADDR and IP_FREEBIND (the bridge address may not
-// exist yet when a new namespace appears).
-// A non-blocking TCP listener (SO_REUSEADDR, IP_FREEBIND, TCP_NODELAY, which
-// accepted sockets inherit).
-Result<UniqueFd> listen_tcp(const std::string& ip, uint16_t port, int backlog);
+// namespace, with SO_REUSEADDR, IP_FREEBIND (the bridge address may not exist
+// yet when a new namespace appears) and TCP_NODELAY (which accepted sockets
+// inherit). `group`: SO_REUSEPORT, one of a group of sockets on the same
+// address (one per worker), among which the kernel spreads connections. The
+// error for a port in use is Errc::refused.
+Result<UniqueFd> listen_tcp(const std::string& ip, uint16_t port, int backlog,
+                            bool group = false);
+// Fails (Errc::refused) when something listens on ip:port already: a bind
+// without SO_REUSEPORT, which no listener on the port lets through. A group
+// would otherwise join another process's group of the same uid silently.
+Result<void> check_port_free(const std::string& ip, uint16_t port);
 
 // Maps local addresses to interface names in one namespace, through an
 // rtnetlink socket made inside it. Refreshed on a miss.
@@ -63,6 +69,7 @@ class IfaceMap {
   UniqueFd nl_;
   std::unordered_map<std::string, std::string> by_ip_;
   uint64_t last_refresh_ms_ = 0;
+  uint32_t nl_seq_ = 1;  // this socket's netlink sequence numbers
 };
 
 // Reads a pid file (decimal, optional newline); 0 when absent or malformed.

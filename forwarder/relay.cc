@@ -32,7 +32,8 @@ constexpr uint64_t kOutqPollMs = 1;
 // One pump() reading this much from a source makes its direction bulk.
 constexpr size_t kBulkRead = 64 * 1024;
 
-log::RateLimit g_peer_log(20, 1000);  // peer-caused events: at most 20 lines a second
+// Peer-caused events: at most 20 lines a second from each worker.
+thread_local log::RateLimit g_peer_log(20, 1000);
 
 bool peer_log_allowed() {
   uint64_t suppressed = 0;
@@ -71,6 +72,7 @@ bool PipePool::get(int* r, int* w) {
     *r = free_.back()[0];
     *w = free_.back()[1];
     free_.pop_back();
+    idle_.store(free_.size(), std::memory_order_relaxed);
     return true;
   }
   int p[2];
@@ -82,22 +84,28 @@ bool PipePool::get(int* r, int* w) {
 
 bool PipePool::grow(int w) {
   if (bulk_size_ <= static_cast<uint32_t>(kDefaultSize)) return false;
-  if (grown_ >= max_grown_) {
-    ++capped_;
+  // Taken before the pipe grows and given back if it does not, so the cap
+  // holds across workers without a lock.
+  if (grown_total_->fetch_add(1, std::memory_order_relaxed) >= max_grown_) {
+    grown_total_->fetch_sub(1, std::memory_order_relaxed);
+    capped_.store(capped_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     return false;
   }
   // Fails (EPERM) past fs.pipe-max-size without CAP_SYS_RESOURCE: the pipe
   // keeps its size, which is only slower.
-  if (fcntl(w, F_SETPIPE_SZ, static_cast<int>(bulk_size_)) <= 0) return false;
-  ++grown_;
+  if (fcntl(w, F_SETPIPE_SZ, static_cast<int>(bulk_size_)) <= 0) {
+    grown_total_->fetch_sub(1, std::memory_order_relaxed);
+    return false;
+  }
   return true;
 }
 
 void PipePool::put(int r, int w, bool empty, bool grown) {
-  if (grown) --grown_;
+  if (grown) grown_total_->fetch_sub(1, std::memory_order_relaxed);
   // A grown pipe's ring (40 bytes a slot) is not kept for small connections.
   if (empty && free_.size() < kMax && (!grown || fcntl(w, F_SETPIPE_SZ, kDefaultSize) > 0)) {
     free_.push_back({r, w});
+    idle_.store(free_.size(), std::memory_order_relaxed);
     return;
   }
   ::close(r);
@@ -113,13 +121,17 @@ struct Connection::AttribOut {
 };
 
 Connection::Connection(RelayContext* ctx, Accepted a)
-    : ctx_(ctx), id_(ctx->next_id++), a_(std::move(a)), cfd_(a_.fd) {
+    : ctx_(ctx),
+      id_(ctx->shared->next_id.fetch_add(1, std::memory_order_relaxed)),
+      a_(std::move(a)),
+      cfd_(a_.fd) {
   cside_.c = this;
   cside_.upstream = false;
   uside_.c = this;
   uside_.upstream = true;
   ++ctx_->counters.accepted;
   ++ctx_->counters.active;
+  ctx_->shared->active.fetch_add(1, std::memory_order_relaxed);
   next_ = ctx_->head;
   if (next_) next_->prev_ = this;
   ctx_->head = this;
@@ -527,7 +539,7 @@ void Connection::send_head(bool early) {
 }
 
 bool Connection::move(Dir& d, int src, int dst, bool& src_readable, bool& dst_writable,
-                      uint64_t& bytes) {
+                      Count& bytes) {
   bool any = false;
   while (!d.done) {
     if (d.pending > 0 && dst_writable) {
@@ -776,6 +788,7 @@ void Connection::finish(bool reset_client, bool reset_upstream) {
   release_dir(c2u_);
   release_dir(u2c_);
   --ctx_->counters.active;
+  ctx_->shared->active.fetch_sub(1, std::memory_order_relaxed);
   if (prev_)
     prev_->next_ = next_;
   else

@@ -39,6 +39,7 @@
 #include <uv.h>
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -53,17 +54,20 @@ namespace fy::fwd {
 class Stamper;
 class Attributor;
 
-// Pipes kept for reuse: only ever an empty pipe of the kernel's default size
-// (64 KiB) goes back. At most `max_grown` pipes are grown at once, so what the
-// relay may hold in pipes is bounded forwarder-wide (a pipe holds up to its
-// size while its destination is slow): beyond it a bulk direction keeps the
-// default size, which costs a few percent of CPU, not throughput.
+// Pipes kept for reuse, one pool per worker: only ever an empty pipe of the
+// kernel's default size (64 KiB) goes back. At most `max_grown` pipes are
+// grown at once forwarder-wide (`grown_total` is shared by every worker's
+// pool), so what the relay may hold in pipes is bounded (a pipe holds up to
+// its size while its destination is slow): beyond it a bulk direction keeps
+// the default size, which costs a few percent of CPU, not throughput.
 class PipePool {
  public:
   static constexpr size_t kMax = 1024;
   static constexpr int kDefaultSize = 64 * 1024;
-  // `bulk_size`: what grow() makes a pipe (0 or <= 64 KiB: grow() does nothing).
-  PipePool(uint32_t bulk_size, uint32_t max_grown) : bulk_size_(bulk_size), max_grown_(max_grown) {}
+  // `bulk_size`: what grow() makes a pipe (0 or <= 64 KiB: grow() does
+  // nothing). `grown_total` outlives the pool.
+  PipePool(uint32_t bulk_size, uint32_t max_grown, std::atomic<uint32_t>* grown_total)
+      : bulk_size_(bulk_size), max_grown_(max_grown), grown_total_(grown_total) {}
   ~PipePool();
   // A pipe of the default size; false when none can be made (fd exhaustion).
   bool get(int* r, int* w);
@@ -72,53 +76,91 @@ class PipePool {
   bool grow(int w);
   // `grown`: grow() succeeded on it; it is shrunk back before reuse.
   void put(int r, int w, bool empty, bool grown);
-  size_t idle() const { return free_.size(); }
-  uint32_t grown() const { return grown_; }
-  uint64_t capped() const { return capped_; }
+  size_t idle() const { return idle_.load(std::memory_order_relaxed); }
+  uint64_t capped() const { return capped_.load(std::memory_order_relaxed); }
 
  private:
   uint32_t bulk_size_;
   uint32_t max_grown_;
-  uint32_t grown_ = 0;
-  uint64_t capped_ = 0;
+  std::atomic<uint32_t>* grown_total_;
+  // Written by the pool's worker only; read by the status line.
+  std::atomic<uint64_t> capped_{0};
+  std::atomic<size_t> idle_{0};
   std::vector<std::array<int, 2>> free_;
 };
 
-struct Counters {
-  uint64_t accepted = 0;
-  uint64_t active = 0;
-  uint64_t over_limit = 0;
-  uint64_t accept_errors = 0;
-  uint64_t stamped = 0;
-  uint64_t relayed_unstamped = 0;  // token-service ports
-  uint64_t stamps_stripped = 0;    // client-written stamp header lines removed
-  uint64_t refused_head = 0;
-  std::array<uint64_t, static_cast<size_t>(Refusal::kCount)> refused_by{};
-  uint64_t head_timeouts = 0;
-  uint64_t head_eof = 0;
-  uint64_t redials = 0;
-  uint64_t upstream_failed = 0;
-  uint64_t attributed = 0;
-  uint64_t attrib_bpf = 0;
-  uint64_t attrib_proc = 0;
-  uint64_t attrib_uid = 0;  // the socket's uid is not walled: recorded as uid:<n>
-  uint64_t attrib_refused_pasta = 0;
-  uint64_t attrib_failed = 0;
-  uint64_t attrib_us_total = 0;  // time spent attributing (thread pool), all lookups
-  uint64_t attrib_us_max = 0;
-  uint64_t fin_closes = 0;  // client finished first; FIN passed upstream
-  uint64_t rst_closes = 0;  // upstream finished first; closed with RST after SIOCOUTQ 0
-  uint64_t rst_forced = 0;  // ... SIOCOUTQ never reached 0 within rst_wait_ms
-  uint64_t rst_waited = 0;  // ... SIOCOUTQ was not 0 yet when the client was done: waited
-  uint64_t aborted = 0;     // an error on either side: both reset
-  uint64_t half_closed_timeouts = 0;
-  uint64_t bytes_up = 0;
-  uint64_t bytes_down = 0;
-  uint64_t bulk_dirs = 0;  // relay directions that turned bulk (their pipes grew)
+// A counter with one writer, the worker that owns it, and any reader (the
+// status line, on the main thread): a relaxed load and store, no locked
+// read-modify-write, so it costs what a plain increment does.
+class Count {
+ public:
+  Count& operator++() { return *this += 1; }
+  Count& operator--() {
+    v_.store(v_.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+    return *this;
+  }
+  Count& operator+=(uint64_t n) {
+    v_.store(v_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+    return *this;
+  }
+  Count& operator=(uint64_t n) {
+    v_.store(n, std::memory_order_relaxed);
+    return *this;
+  }
+  uint64_t get() const { return v_.load(std::memory_order_relaxed); }
+  operator uint64_t() const { return get(); }
+
+ private:
+  std::atomic<uint64_t> v_{0};
 };
 
+// One worker's counters; the status line sums them over the workers.
+struct Counters {
+  Count accepted;
+  Count active;  // this worker's live connections
+  Count over_limit;
+  Count accept_errors;
+  Count stamped;
+  Count relayed_unstamped;  // token-service ports
+  Count stamps_stripped;    // client-written stamp header lines removed
+  Count refused_head;
+  std::array<Count, static_cast<size_t>(Refusal::kCount)> refused_by;
+  Count head_timeouts;
+  Count head_eof;
+  Count redials;
+  Count upstream_failed;
+  Count attributed;
+  Count attrib_bpf;
+  Count attrib_proc;
+  Count attrib_uid;  // the socket's uid is not walled: recorded as uid:<n>
+  Count attrib_refused_pasta;
+  Count attrib_failed;
+  Count attrib_us_total;  // time spent attributing (thread pool), all lookups
+  Count attrib_us_max;
+  Count fin_closes;  // client finished first; FIN passed upstream
+  Count rst_closes;  // upstream finished first; closed with RST after SIOCOUTQ 0
+  Count rst_forced;  // ... SIOCOUTQ never reached 0 within rst_wait_ms
+  Count rst_waited;  // ... SIOCOUTQ was not 0 yet when the client was done: waited
+  Count aborted;     // an error on either side: both reset
+  Count half_closed_timeouts;
+  Count bytes_up;
+  Count bytes_down;
+  Count bulk_dirs;  // relay directions that turned bulk (their pipes grew)
+};
+
+// What every worker shares: atomics read-modify-written from any worker.
+struct Shared {
+  std::atomic<uint64_t> active{0};   // live connections forwarder-wide ([limits] connections)
+  std::atomic<uint64_t> next_id{1};  // connection ids (c<id> in the log) across workers
+  std::atomic<uint32_t> pipes_grown{0};
+};
+
+// One worker's relay: its engine, its pipes, its counters, its connections.
+// Touched only on the worker's thread (the counters are also read elsewhere).
 struct RelayContext {
   Engine* engine = nullptr;
+  Shared* shared = nullptr;
+  unsigned worker = 0;
   const Config* cfg = nullptr;
   Stamper* stamper = nullptr;
   Attributor* attributor = nullptr;  // null without a VM listener
@@ -126,7 +168,6 @@ struct RelayContext {
   Counters counters;
   sockaddr_storage upstream{};  // the proxy's address; the port is set per connection
   socklen_t upstream_len = 0;
-  uint64_t next_id = 1;
   class Connection* head = nullptr;  // intrusive list of live connections
 };
 
@@ -199,7 +240,7 @@ class Connection final : public Retirable, private TimerSlot {
   // `early`: straight after connect(), before its completion is known.
   void send_head(bool early);  // may close
   void pump();                 // may close
-  bool move(Dir& d, int src, int dst, bool& src_readable, bool& dst_writable, uint64_t& bytes);
+  bool move(Dir& d, int src, int dst, bool& src_readable, bool& dst_writable, Count& bytes);
   // After a direction finished (its EOF seen and every byte passed on): the
   // half-close or close that follows (the header's "Closing"). May close.
   void settle();

@@ -48,6 +48,7 @@ Result<void> Stamper::init(const std::string& key_file, const std::string& boot_
     if (auto n = parse_u64(rec.substr(sp + 1)); n && *n >= 1) next_ = *n;
   }
   reserved_ = next_;
+  issued_.store(next_ - 1);
   reserve();
   if (persist_failed_)
     return make_error(Errc::io, "cannot write the sequence record {}: {}; check state_dir",
@@ -58,6 +59,7 @@ Result<void> Stamper::init(const std::string& key_file, const std::string& boot_
 Result<void> Stamper::reload_key() {
   auto key = read_key_file(key_file_);
   if (!key) return std::move(key).take_error();
+  std::lock_guard<std::mutex> g(mu_);
   key_ = std::move(*key);
   return {};
 }
@@ -70,28 +72,34 @@ void Stamper::reserve() {
   bool ok = fd >= 0 && ::write(fd, rec.data(), rec.size()) == static_cast<ssize_t>(rec.size());
   if (fd >= 0) ::close(fd);
   ok = ok && ::rename(tmp.c_str(), seq_path_.c_str()) == 0;
-  if (!ok && !persist_failed_)
+  if (!ok && !persist_failed_.load())
     log::error(
         "cannot record the stamp sequence in {}: {}; stamps continue, but a restart in "
         "this boot may repeat sequences the proxy then refuses as replays",
         seq_path_, strerror(errno));
-  persist_failed_ = !ok;
+  persist_failed_.store(!ok);
   reserved_ = upto;  // in memory either way: never reuse within this process
 }
 
 std::string Stamper::line(const std::string& src, const std::string& net, const std::string& who) {
-  if (next_ >= reserved_) reserve();
   stamp::Fields f;
+  std::string key;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (next_ >= reserved_) reserve();
+    f.seq = next_++;
+    key = key_;
+    issued_.store(f.seq, std::memory_order_relaxed);
+  }
   f.src = src;
   f.net = net;
   f.who = who;
-  f.seq = next_++;
   f.boot = boot_;
   std::string out;
   out.reserve(160);
   out += stamp::kHeader;
   out += ": ";
-  out += stamp::format(f, key_);
+  out += stamp::format(f, key);
   out += "\r\n";
   return out;
 }

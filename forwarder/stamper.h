@@ -6,9 +6,15 @@
 // next unreserved value is kept in <state_dir>/seq (a tmpfs under /run, so it
 // resets with the boot), reserved in blocks before any value of the block is
 // used. A crash loses at most the rest of one block.
+//
+// Thread-safe: every worker stamps through the one Stamper, and SIGHUP
+// reloads the key from the main thread. The lock covers the sequence and a
+// copy of the key; the HMAC is computed outside it.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <string>
 
 #include "core/result.h"
@@ -30,21 +36,23 @@ class Stamper {
   std::string line(const std::string& src, const std::string& net, const std::string& who);
 
   const std::string& boot() const { return boot_; }
-  uint64_t issued() const { return next_ - 1; }
+  uint64_t issued() const { return issued_.load(std::memory_order_relaxed); }
   // True when the last block reservation could not be written (stamps still
   // go out; a restart may then repeat sequences, which the proxy refuses).
-  bool persist_failed() const { return persist_failed_; }
+  bool persist_failed() const { return persist_failed_.load(std::memory_order_relaxed); }
 
  private:
-  void reserve();
+  void reserve();  // with mu_ held (or before any worker runs)
 
   std::string key_file_;
-  std::string key_;
   std::string boot_;
   std::string seq_path_;
-  uint64_t next_ = 1;
-  uint64_t reserved_ = 0;  // values < reserved_ are on record as used
-  bool persist_failed_ = false;
+  std::mutex mu_;
+  std::string key_;        // guarded by mu_
+  uint64_t next_ = 1;      // guarded by mu_
+  uint64_t reserved_ = 0;  // guarded by mu_; values < reserved_ are on record as used
+  std::atomic<uint64_t> issued_{0};
+  std::atomic<bool> persist_failed_{false};
 };
 
 }  // namespace fy::fwd

@@ -196,7 +196,8 @@ http {{
         # the arm changes.
         arms = {"direct": "%s:%d" % (DIRECT_ADDR, PROXY_PORT),
                 "via": "%s:%d" % (GATEWAY, PROXY_PORT)}
-        base_cfg = t.forwarder_config(key_file, bridge=True, vm=False).replace(
+        # workers=0: the forwarder's own default unless --forwarder-extra says.
+        base_cfg = t.forwarder_config(key_file, bridge=True, vm=False, workers=0).replace(
             'log_level = "info"', 'log_level = "warn"')
         fwd_spec = {"via": (a.forwarder and os.path.abspath(a.forwarder), a.forwarder_extra)}
         if a.ab_proxy:
@@ -254,8 +255,17 @@ http {{
         def fwd_cpu_ns(arm):
             if arm == "direct":
                 return 0
-            with open("/proc/%d/schedstat" % fwd_state["proc"].pid) as f:
-                return int(f.read().split()[0])
+            # Every thread's run time: the workers ([limits] workers) are
+            # threads, and a process's own schedstat is its main thread's.
+            pid = fwd_state["proc"].pid
+            total = 0
+            for tid in os.listdir("/proc/%d/task" % pid):
+                try:
+                    with open("/proc/%d/task/%s/schedstat" % (pid, tid)) as f:
+                        total += int(f.read().split()[0])
+                except FileNotFoundError:
+                    pass  # a thread that ended (a namespace helper)
+            return total
 
         small_url = "http://%s/small" % ORIGIN
         big_url = "http://%s/big" % ORIGIN

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -269,6 +270,14 @@ attribution = "proc"
   CHECK_FALSE(c->vm.walled(165536));
   CHECK(c->vm.attribution == AttributionMode::proc);
   CHECK(c->pipe_size == 1024 * 1024);  // a bulk direction's pipe; pipes start at 64 KiB
+  CHECK(c->workers == 0);              // one per two CPUs
+
+  auto w = parse_config(std::string(good) + "[limits]\nworkers = 4\n", "w.toml");
+  REQUIRE(w.ok());
+  CHECK(w->workers == 4);
+  auto too_many = parse_config(std::string(good) + "[limits]\nworkers = 65\n", "w.toml");
+  REQUIRE_FALSE(too_many.ok());
+  CHECK(too_many.error().message.find("workers") != std::string::npos);
 
   auto bad = parse_config("key_file = \"/k\"\n[upstream]\nhost = \"gw\"\nporrt = 1\n", "b.toml");
   REQUIRE_FALSE(bad.ok());
@@ -375,7 +384,8 @@ TEST_CASE("accepted sockets inherit TCP_NODELAY from the listener") {
 }
 
 TEST_CASE("the pipe pool: pipes start at 64 KiB, grow for bulk, shrink before reuse") {
-  PipePool pool(1024 * 1024, 8);
+  std::atomic<uint32_t> grown{0};
+  PipePool pool(1024 * 1024, 8, &grown);
   int r = -1, w = -1;
   REQUIRE(pool.get(&r, &w));
   CHECK(fcntl(w, F_GETPIPE_SZ) == 64 * 1024);
@@ -391,34 +401,39 @@ TEST_CASE("the pipe pool: pipes start at 64 KiB, grow for bulk, shrink before re
   pool.put(r2, w2, false, false);  // not empty: closed, not kept
   CHECK(pool.idle() == 0);
 
-  PipePool fixed(0, 8);
+  PipePool fixed(0, 8, &grown);
   REQUIRE(fixed.get(&r, &w));
   CHECK_FALSE(fixed.grow(w));
   fixed.put(r, w, true, false);
 }
 
-TEST_CASE("the pipe pool grows at most max_grown pipes at once") {
-  PipePool pool(128 * 1024, 2);  // 128 KiB: under the default fs.pipe-max-size (1 MiB)
+TEST_CASE("the pipe pool grows at most max_grown pipes at once, across the workers' pools") {
+  // Two workers' pools share one count: the cap is forwarder-wide.
+  std::atomic<uint32_t> grown{0};
+  PipePool pool(128 * 1024, 2, &grown);  // 128 KiB: under the default fs.pipe-max-size (1 MiB)
+  PipePool other(128 * 1024, 2, &grown);
   int p[3][2];
   bool grew[3];
   for (int i = 0; i < 3; ++i) {
-    REQUIRE(pool.get(&p[i][0], &p[i][1]));
-    grew[i] = pool.grow(p[i][1]);
+    REQUIRE((i == 1 ? other : pool).get(&p[i][0], &p[i][1]));
+    grew[i] = (i == 1 ? other : pool).grow(p[i][1]);
   }
   CHECK(grew[0]);
   CHECK(grew[1]);
   CHECK_FALSE(grew[2]);  // the cap: the third keeps 64 KiB
   CHECK(fcntl(p[2][1], F_GETPIPE_SZ) == 64 * 1024);
-  CHECK(pool.grown() == 2);
+  CHECK(grown == 2);
   CHECK(pool.capped() == 1);
+  CHECK(other.capped() == 0);
   pool.put(p[0][0], p[0][1], false, true);  // closed (not empty): its grant comes back
-  CHECK(pool.grown() == 1);
+  CHECK(grown == 1);
   CHECK(pool.grow(p[2][1]));
   CHECK(fcntl(p[2][1], F_GETPIPE_SZ) == 128 * 1024);
-  pool.put(p[1][0], p[1][1], true, true);  // kept: shrunk back to 64 KiB
+  other.put(p[1][0], p[1][1], true, true);  // kept: shrunk back to 64 KiB
   pool.put(p[2][0], p[2][1], true, true);
-  CHECK(pool.grown() == 0);
-  CHECK(pool.idle() == 2);
+  CHECK(grown == 0);
+  CHECK(pool.idle() == 1);
+  CHECK(other.idle() == 1);
 }
 
 TEST_CASE("cgroup paths are classified by their outermost scope") {

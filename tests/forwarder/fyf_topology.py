@@ -388,9 +388,11 @@ class Topology:
 
     def forwarder_config(self, key_file, bridge=True, vm=False, extra="", upstream=GATEWAY,
                          walled=("1000", "100000-165535"), attribution="bpf", stamp_ports=None,
-                         connect_timeout_ms=2000, redials=8, redirect=True):
+                         connect_timeout_ms=2000, redials=8, redirect=True, workers=2):
         """A fy-forwarder config for this topology (docs/fy-forwarder.md). `redirect`:
-        the bridge listener's [bridge] redirect (the forwarder installs the redirect)."""
+        the bridge listener's [bridge] redirect (the forwarder installs the redirect).
+        `workers`: [limits] workers, 2 unless `extra` sets it: the tests run the data
+        path on more than one loop whatever this machine's default would be."""
         stamp_ports = self.ports[:1] if stamp_ports is None else stamp_ports
         lines = [
             'key_file = "%s"' % key_file,
@@ -414,6 +416,11 @@ class Topology:
             lines += ["[vm]", 'listen = "%s"' % VM_LISTEN,
                       "walled_uids = [%s]" % ", ".join('"%s"' % w for w in walled),
                       'attribution = "%s"' % attribution, ""]
+        if workers and not re.search(r"^workers\s*=", extra, re.M):
+            if "[limits]\n" in extra:
+                extra = extra.replace("[limits]\n", "[limits]\nworkers = %d\n" % workers, 1)
+            else:
+                extra += "\n[limits]\nworkers = %d\n" % workers
         return "\n".join(lines) + "\n" + extra
 
     def start_forwarder(self, config_text, name="forwarder", wait=True, args=(), exe=None):

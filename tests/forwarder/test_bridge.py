@@ -28,8 +28,10 @@ RIG = None
 def setUpModule():
     global RIG
     # bulk_pipes = 1: the forwarder-wide cap on grown pipes, met by one download.
+    # workers = 3: more workers than this machine may have CPUs, so every test
+    # here runs across several loops (their pipe pools share the cap).
     RIG = Rig("brg", containers=(("podman1", 2), ("podman2", 1)),
-              fwd_kw={"extra": "[limits]\nbulk_pipes = 1\n"})
+              fwd_kw={"extra": "[limits]\nbulk_pipes = 1\nworkers = 3\n"})
     RIG.__enter__()
 
 
@@ -231,6 +233,46 @@ class Bridge(unittest.TestCase):
         boots = {r["stamp"]["boot"] for r in RIG.proxy_rows() if "stamp" in r}
         with open("/proc/sys/kernel/random/boot_id") as f:
             self.assertEqual(boots, {f.read().strip()})
+
+    def test_connections_spread_over_every_worker(self):
+        # Each port has one socket per worker and the kernel picks one by the
+        # 4-tuple: 120 new connections from three containers, 30 of them at
+        # once from each of two, leave none of three workers idle (each stays
+        # idle with a chance of (2/3)^120). Every one is stamped with its own
+        # container's address, with a sequence no other connection has.
+        before = RIG.topo.stats()
+        self.assertEqual(before["workers"], 3, before)
+        results = {}
+
+        def run(i, n):
+            results[i] = RIG.client(i, get("http://%s/spread-%d" % (ORIGIN, i)), count=n)
+        threads = [threading.Thread(target=run, args=(i, n)) for i, n in ((0, 60), (1, 30),
+                                                                           (2, 30))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        for i, n in ((0, 60), (1, 30), (2, 30)):
+            self.assertEqual(len(results[i]), n)
+            for res in results[i]:
+                self.assertTrue(res["ok"], res)
+                self.assertIn("origin ok /spread-%d" % i, res["response"])
+        after = RIG.topo.stats()
+        per_worker = [a - b for a, b in zip(after["accepted_by_worker"],
+                                            before["accepted_by_worker"])]
+        self.assertEqual(sum(per_worker), 120, per_worker)
+        self.assertTrue(all(n > 0 for n in per_worker), per_worker)
+        self.assertEqual(after["accepted"] - before["accepted"], 120)
+        self.assertEqual(after["stamped"] - before["stamped"], 120)
+        self.assertEqual(after["seq"] - before["seq"], 120)
+        rows = [r for r in RIG.proxy_rows() if r.get("target", "").startswith(
+            "http://%s/spread-" % ORIGIN)]
+        self.assertEqual(len(rows), 120)
+        for r in rows:
+            i = int(r["target"].rsplit("-", 1)[1])
+            self.assert_valid_stamp(r, RIG.topo.containers[i][1], RIG.topo.containers[i][2])
+        seqs = [r["stamp"]["seq"] for r in rows]
+        self.assertEqual(len(set(seqs)), 120)
 
     def test_probe_reports_serving(self):
         sock = os.path.join(RIG.topo.path("state"), "control.sock")

@@ -19,7 +19,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fyf_base import GATEWAY, ORIGIN, PROXY_PORT, Rig, get  # noqa: E402
+from fyf_base import FORWARDER, GATEWAY, ORIGIN, PROXY_PORT, Rig, get  # noqa: E402
 from fyf_topology import VM_ADDR, VM_LISTEN  # noqa: E402
 
 POD = "0123456789abcdef" * 4
@@ -104,6 +104,37 @@ class VmAttribution(unittest.TestCase):
         used = after["attrib_" + mode] - before["attrib_" + mode]
         self.assertGreaterEqual(used, walled - 1, after)  # pasta is refused before counting
         return after
+
+    def test_a_second_forwarder_cannot_join_the_listeners_group(self):
+        # With several workers each port is an SO_REUSEPORT group, which a
+        # second process of the same uid could join and take a share of the
+        # connections with its own key. A second forwarder (its own state_dir,
+        # so the pid check does not stop it) must fail to start instead.
+        self.start("bpf")
+        t = self.rig.topo
+        cfg = t.forwarder_config(self.rig.key_file, bridge=False, vm=True).replace(
+            'state_dir = "%s"' % t.path("state"), 'state_dir = "%s"' % t.path("state-2"))
+        path = t.path("second.toml")
+        with open(path, "w") as f:
+            f.write(cfg)
+        r = subprocess.run(["ip", "netns", "exec", t.vm, FORWARDER, "--config", path],
+                           capture_output=True, text=True, timeout=20)
+        self.assertEqual(r.returncode, 3, r.stderr)
+        self.assertIn("the VM listener cannot listen", r.stderr)
+        self.assertIn("Address already in use", r.stderr)
+        # The first one still takes every connection, stamped with its key.
+        before = t.stats()
+        target = "http://%s/after-second" % ORIGIN
+        pre = ["--cgroup", self.cg["plain"], "--uid", "1000"]
+        for _ in range(8):
+            res = self.rig.client(0, get(target), ns=t.vm,
+                                  connect="%s:%d" % (VM_LISTEN, PROXY_PORT), pre=pre)[0]
+            self.assertEqual(res["status"], 200, res)
+        self.assertEqual(t.stats()["accepted"] - before["accepted"], 8)
+        rows = [r for r in self.rig.proxy_rows() if r.get("target") == target]
+        self.assertEqual(len(rows), 8)
+        self.assertTrue(all(r["stamp_status"] == "valid" and r["stamp"]["who"] == "user"
+                            for r in rows), rows)
 
     def test_bpf_attribution(self):
         self.start("bpf")
