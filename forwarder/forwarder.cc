@@ -143,6 +143,9 @@ Result<void> Forwarder::start(uv_loop_t* loop) {
     base_.attributor = attributor_.get();
   }
 
+  // Before any worker runs: a splice into a socket its client closed raises
+  // SIGPIPE, which must not end the process.
+  signal(SIGPIPE, SIG_IGN);
   // The workers, before any listener: a listener has a socket per worker.
   unsigned n = cfg_.workers ? cfg_.workers : default_workers();
   for (unsigned i = 0; i < n; ++i) {
@@ -185,7 +188,6 @@ Result<void> Forwarder::start(uv_loop_t* loop) {
   uv_signal_start(&sig_term_, on_sig, SIGTERM);
   uv_signal_start(&sig_int_, on_sig, SIGINT);
   uv_signal_start(&sig_hup_, on_sig, SIGHUP);
-  signal(SIGPIPE, SIG_IGN);
 
   uv_timer_init(loop_, &watchdog_);
   watchdog_.data = this;
@@ -634,7 +636,9 @@ void Forwarder::stop() {
   if (stopping_) return;
   stopping_ = true;
   notify("STOPPING=1");
-  // New connections are refused by the kernel from here on.
+  // The listeners go first: each worker closes its sockets before it
+  // resets its connections, so from then on the kernel refuses new ones
+  // (one accepted in between is reset with the rest).
   bridge_.reset();
   vm_.reset();
   stop_workers();
@@ -662,6 +666,8 @@ void Forwarder::stop() {
 }
 
 void Forwarder::stop_workers() {
+  // All are asked first, then waited for: they stop side by side.
+  for (auto& w : workers_) w->begin_stop();
   for (auto& w : workers_) w->stop();
 }
 

@@ -5,6 +5,7 @@
 #include <linux/netfilter_ipv6/ip6_tables.h>
 #include <netinet/in.h>
 #include <sys/epoll.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -19,6 +20,10 @@ namespace fy::fwd {
 
 namespace {
 constexpr int kBacklog = 4096;
+// Held while a group is checked and bound, so two fy-forwarders starting at
+// once cannot both find a port free and then share its group. (Best effort:
+// without /run, the check alone.)
+constexpr const char* kBindLock = "/run/fy-forwarder.bind.lock";
 thread_local log::RateLimit g_accept_log(5, 1000);
 }  // namespace
 
@@ -38,6 +43,11 @@ Result<std::unique_ptr<Listener>> Listener::open(const std::vector<Worker*>& wor
   l->common_ = common;
   const bool group = workers.size() > 1;
   auto make = [&]() -> Result<void> {
+    UniqueFd lock;
+    if (group) {
+      lock.reset(::open(kBindLock, O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+      if (lock) ::flock(lock.get(), LOCK_EX);
+    }
     for (const PortRule& rule : cfg.ports) {
       // A group binds with SO_REUSEPORT, which would join a group another
       // process of this uid holds on the port: look first.
@@ -76,13 +86,43 @@ Listener::~Listener() {
   for (auto& [w, p] : ports_) {
     Port* port = p.release();
     w->post([port] {
+      port->ctx->engine->disarm(port);
       port->ctx->engine->unwatch(port->fd.get());
       delete port;
     });
   }
 }
 
+void Listener::Port::out_of_fds() {
+  if (spare) {
+    // Make room for one accept, reset that client, take the spare back.
+    spare.reset();
+    int victim = ::accept4(fd.get(), nullptr, nullptr, SOCK_CLOEXEC);
+    if (victim >= 0) {
+      linger l{1, 0};
+      setsockopt(victim, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+      ::close(victim);
+    }
+    int err = errno;
+    spare.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    // The next event resets the next client; or nobody was waiting.
+    if (spare && (victim >= 0 || err == EAGAIN)) return;
+  }
+  // Someone else took the slot: nothing to reset with. Wait, unwatched.
+  paused = true;
+  ctx->engine->modify(fd.get(), 0, this);
+  ctx->engine->arm(this, kPauseMs);
+}
+
+void Listener::Port::on_timer() {
+  if (!spare) spare.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  paused = false;
+  // EPOLL_CTL_MOD re-checks readiness: clients still waiting raise the event.
+  ctx->engine->modify(fd.get(), EPOLLIN, this);
+}
+
 void Listener::Port::accept_on() {
+  if (paused) return;
   const Common& co = *common;
   for (int i = 0; i < 64; ++i) {
     Accepted a;
@@ -99,22 +139,15 @@ void Listener::Port::accept_on() {
             "accept on {}: {}; connections are being reset ({} similar lines "
             "suppressed). Raise LimitNOFILE or lower [limits] connections.",
             co.desc, strerror(errno), suppressed);
-      if ((errno == EMFILE || errno == ENFILE) && spare) {
-        // Make room for one accept, reset that client, keep the spare.
-        spare.reset();
-        int victim = ::accept4(fd.get(), nullptr, nullptr, SOCK_CLOEXEC);
-        if (victim >= 0) {
-          linger l{1, 0};
-          setsockopt(victim, SOL_SOCKET, SO_LINGER, &l, sizeof l);
-          ::close(victim);
-        }
-        spare.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-      }
+      if (errno == EMFILE || errno == ENFILE) out_of_fds();
       return;
     }
-    // Forwarder-wide; read without a lock, so with several workers the limit
-    // may be passed by at most one connection per worker.
-    if (ctx->shared->active.load(std::memory_order_relaxed) >= ctx->cfg->max_connections) {
+    // Forwarder-wide, reserved before the connection is made (the
+    // Connection gives it back when it finishes), so workers accepting at
+    // once never pass the limit together.
+    if (ctx->shared->active.fetch_add(1, std::memory_order_relaxed) >=
+        ctx->cfg->max_connections) {
+      ctx->shared->active.fetch_sub(1, std::memory_order_relaxed);
       ++ctx->counters.over_limit;
       linger l{1, 0};
       setsockopt(cfd, SOL_SOCKET, SO_LINGER, &l, sizeof l);

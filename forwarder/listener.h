@@ -54,14 +54,26 @@ class Listener {
     IfaceMap ifmap;  // guarded by ifmap_mu
   };
   // One socket of one port, on one worker: touched only on that worker.
-  struct Port final : Watcher {
+  //
+  // Out of descriptors (EMFILE/ENFILE), the spare descriptor is given up to
+  // accept one client and reset it, then taken back. Another thread may take
+  // the freed slot first (another worker, the thread pool); with no spare to
+  // give, the socket is not watched for kPauseMs instead, so a level-triggered
+  // listener whose accept keeps failing does not spin its worker.
+  struct Port final : Watcher, TimerSlot {
+    static constexpr uint64_t kPauseMs = 50;
     std::shared_ptr<Common> common;
     RelayContext* ctx = nullptr;
     UniqueFd fd;
     const PortRule* rule = nullptr;
     UniqueFd spare;  // released to accept-and-reset when out of fds
+    bool paused = false;
     void on_io(uint32_t events) override { accept_on(); }
+    void on_timer() override;
     void accept_on();
+    // Out of descriptors: reset one waiting client if a spare can be given
+    // up; otherwise stop watching for kPauseMs.
+    void out_of_fds();
   };
   Listener(NsId ns, std::string ip) : ns_(ns), ip_(std::move(ip)) {}
 

@@ -131,7 +131,7 @@ Connection::Connection(RelayContext* ctx, Accepted a)
   uside_.upstream = true;
   ++ctx_->counters.accepted;
   ++ctx_->counters.active;
-  ctx_->shared->active.fetch_add(1, std::memory_order_relaxed);
+  // Shared::active was reserved by the listener; finish() gives it back.
   next_ = ctx_->head;
   if (next_) next_->prev_ = this;
   ctx_->head = this;

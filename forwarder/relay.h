@@ -185,7 +185,8 @@ struct Accepted {
 
 class Connection final : public Retirable, private TimerSlot {
  public:
-  // Takes ownership of a.fd. Call start() next.
+  // Takes ownership of a.fd and of one count in ctx->shared->active, which
+  // the caller reserved. Call start() next.
   Connection(RelayContext* ctx, Accepted a);
   ~Connection() override;
   void start();  // may close

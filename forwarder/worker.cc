@@ -24,7 +24,8 @@ Worker::~Worker() {
   // The engine (and with it the last retired connections) goes now.
   engine_.reset();
   pipes_.reset();
-  if (threaded_) uv_loop_close(&own_loop_);
+  if (threaded_ && uv_loop_close(&own_loop_) != 0)
+    log::warn("worker {}: its event loop still had handles open at exit", index_);
 }
 
 Result<void> Worker::start(uv_loop_t* main_loop) {
@@ -46,7 +47,11 @@ Result<void> Worker::start(uv_loop_t* main_loop) {
   ctx_.engine = engine_.get();
   ctx_.pipes = pipes_.get();
   if (threaded_) {
-    uv_async_init(loop_, &async_, &Worker::on_async);
+    if (int rc = uv_async_init(loop_, &async_, &Worker::on_async); rc != 0) {
+      engine_->stop(nullptr, nullptr);
+      uv_run(loop_, UV_RUN_DEFAULT);
+      return make_error(Errc::io, "worker {}: async handle: {}", index_, uv_strerror(rc));
+    }
     async_.data = this;
     // Handles are made before the thread runs the loop; from here on only the
     // worker's thread touches the loop.
@@ -98,14 +103,17 @@ void Worker::shutdown_here() {
   if (threaded_) uv_close(reinterpret_cast<uv_handle_t*>(&async_), nullptr);
 }
 
+void Worker::begin_stop() {
+  if (!started_ || stopping_) return;
+  stopping_ = true;
+  post([this] { shutdown_here(); });  // worker 0: at once
+}
+
 void Worker::stop() {
   if (!started_ || stopped_) return;
+  begin_stop();
   stopped_ = true;
-  if (!threaded_) {
-    shutdown_here();
-    return;
-  }
-  post([this] { shutdown_here(); });
+  if (!threaded_) return;
   uv_thread_join(&thread_);
   joined_ = true;
   // Tasks posted while the loop was ending run here, on this thread.

@@ -47,8 +47,11 @@ class Worker {
   Result<void> start(uv_loop_t* main_loop);
   // Runs `task` on the worker's thread (at once when called on it).
   void post(std::function<void()> task);
-  // Resets every live connection and stops the loop; joins the thread. Call
-  // from the main thread, once.
+  // Asks the worker to reset every live connection and stop its loop, and
+  // returns (worker 0: does it at once).
+  void begin_stop();
+  // begin_stop() if not asked yet, then joins the thread. From the main
+  // thread; again is a no-op.
   void stop();
 
   unsigned index() const { return index_; }
@@ -72,6 +75,7 @@ class Worker {
   std::unique_ptr<PipePool> pipes_;
   uv_async_t async_{};
   bool started_ = false;
+  bool stopping_ = false;  // begin_stop() ran
   bool stopped_ = false;
   bool joined_ = false;  // the thread has ended: post() runs tasks at once
   std::mutex mu_;
