@@ -6,9 +6,11 @@
   - out of file descriptors (the forwarder run with RLIMIT_NOFILE 64): a
     connection that cannot be accepted is accepted with the spare descriptor
     and reset (accept_errors), one accepted without a descriptor left for its
-    upstream socket gets a 502 that says why; the log says what to raise,
-    nothing reaches the proxy, and once descriptors are free again the
-    forwarder serves.
+    upstream socket gets a 502 that says why, and where two workers raced for
+    the freed slot and one lost its spare, that one's clients wait in the
+    backlog while it retries every 50 ms, without spinning; the log says what
+    to raise, nothing reaches the proxy, and once descriptors are free again
+    the forwarder serves.
 """
 
 import json
@@ -27,6 +29,7 @@ from fyf_base import FORWARDER, GATEWAY, ORIGIN, PROXY_PORT, Rig, get  # noqa: E
 HOLDER = r"""
 import json, socket, sys
 gw, port, hold, extra, req = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+wait = float(sys.argv[6])
 held = []
 reset = 0
 for _ in range(hold):
@@ -40,7 +43,7 @@ got = []
 for _ in range(extra):
     s = None
     try:
-        s = socket.create_connection((gw, port), timeout=5)
+        s = socket.create_connection((gw, port), timeout=wait)
         s.sendall(req.encode())
         data = s.recv(65536)
         got.append("data:" + data.decode("latin-1").split("\r\n", 1)[0] if data else "eof")
@@ -61,11 +64,11 @@ print("closed", flush=True)
 
 
 class Holder:
-    def __init__(self, rig, hold, extra, target):
+    def __init__(self, rig, hold, extra, target, wait=5.0):
         ns = rig.topo.containers[0][0]
         self.p = subprocess.Popen(
             ["ip", "netns", "exec", ns, "python3", "-c", HOLDER, GATEWAY, str(PROXY_PORT),
-             str(hold), str(extra), get(target).decode()],
+             str(hold), str(extra), get(target).decode(), str(wait)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         line = self.p.stdout.readline().split()
         assert line[0] == "held" and int(line[1]) + int(line[3]) == hold, line
@@ -83,6 +86,21 @@ class Holder:
         self.p.stdin.close()
         self.p.stdout.close()
         self.p.wait(10)
+
+
+def ubsan_build():
+    """True for a forwarder built with UBSan, whose vptr check reads memory it
+    has not seen through a pipe it makes for the purpose: out of descriptors it
+    cannot, and reports a valid object as one with an invalid vptr."""
+    with open(FORWARDER, "rb") as f:
+        return b"__ubsan_handle_dynamic_type_cache_miss" in f.read()
+
+
+def cpu_seconds(pid):
+    """utime + stime of every thread of `pid`, in seconds."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def wait_for(pred, timeout=5.0):
@@ -115,6 +133,9 @@ class Limits(unittest.TestCase):
             self.assertEqual(res["status"], 200, res)
             self.assertEqual(rig.proxy_row_for(target)["stamp_status"], "valid")
 
+    @unittest.skipIf(ubsan_build(), "UBSan's vptr check needs a free descriptor (it probes "
+                     "memory through a pipe), so out of descriptors it reports false positives; "
+                     "the normal and the TSan builds run this")
     def test_out_of_descriptors_connections_are_reset_and_service_resumes(self):
         with Rig("lim2", containers=(("podman1", 1),), forwarder=False) as rig:
             t = rig.topo
@@ -122,7 +143,9 @@ class Limits(unittest.TestCase):
             with open(wrapper, "w") as f:
                 f.write('#!/bin/sh\nexec prlimit --nofile=64:64 %s "$@"\n' % FORWARDER)
             os.chmod(wrapper, 0o755)
-            cfg = t.forwarder_config(rig.key_file, workers=2)
+            # The held connections must outlive the test's slowest run (ASan).
+            cfg = t.forwarder_config(rig.key_file, workers=2,
+                                     extra="[limits]\nhead_timeout_ms = 120000\n")
             fwd = t.start_forwarder(cfg, name="limited", exe=wrapper)
             pid = fwd.p.pid
             with open("/proc/%d/comm" % pid) as f:
@@ -136,25 +159,33 @@ class Limits(unittest.TestCase):
             # (The control socket is out of descriptors too: libuv accepts and
             # closes its clients, so the probe fails meanwhile. Nothing asks it
             # until descriptors are back.)
-            h = Holder(rig, room + 8, 3, target)
+            h = Holder(rig, room + 8, 3, target, wait=2.0)
             self.assertTrue(wait_for(lambda: "Too many open files" in fwd.log()), fwd.log())
             got = h.try_extra()
             for g in got:
-                self.assertIn(g, ("reset", "data:HTTP/1.1 502 Bad Gateway"), got)
+                self.assertIn(g, ("reset", "data:HTTP/1.1 502 Bad Gateway", "timeout"), got)
             self.assertIn("Too many open files", fwd.log())
             self.assertIn("Raise LimitNOFILE", fwd.log())
             if "data:HTTP/1.1 502 Bad Gateway" in got:
                 self.assertIn("cannot make a socket: Too many open files", fwd.log())
+            # Still out of descriptors: no worker spins on a failing accept.
+            cpu0 = cpu_seconds(pid)
+            time.sleep(1.0)
+            self.assertLess(cpu_seconds(pid) - cpu0, 0.3)
             self.assertFalse([r for r in rig.proxy_rows() if r.get("target") == target])
             h.release()
             self.assertTrue(wait_for(lambda: t.stats()["active"] == 0), t.stats())
             s = t.stats()
             self.assertGreaterEqual(s["accept_errors"], 1, s)
             self.assertGreaterEqual(s["accepted"], room - 8, s)
+            # (A client that gave up while waiting in the backlog had sent its
+            # whole request; accepted now, it reads as a request and a
+            # half-close, and goes on. So a target of its own.)
+            after = "http://%s/fds-back" % ORIGIN
             for _ in range(4):
-                res = rig.client(0, get(target))[0]
+                res = rig.client(0, get(after))[0]
                 self.assertEqual(res["status"], 200, res)
-            rows = [r for r in rig.proxy_rows() if r.get("target") == target]
+            rows = [r for r in rig.proxy_rows() if r.get("target") == after]
             self.assertEqual(len(rows), 4)
             self.assertTrue(all(r["stamp_status"] == "valid" for r in rows), rows)
             self.assertTrue(t.control("status").startswith("ok "))
