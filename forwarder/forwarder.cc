@@ -448,8 +448,8 @@ std::string Forwarder::stats_json() const {
   std::string by_worker = "[";
   for (const auto& w : workers_) {
     us_max = std::max(us_max, w->ctx().counters.attrib_us_max.get());
-    pipes_idle += w->pipes() ? w->pipes()->idle() : 0;
-    capped += w->pipes() ? w->pipes()->capped() : 0;
+    pipes_idle += w->pipes()->idle();
+    capped += w->pipes()->capped();
     if (by_worker.size() > 1) by_worker += ',';
     by_worker += std::to_string(w->ctx().counters.accepted.get());
   }

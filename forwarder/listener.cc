@@ -31,7 +31,7 @@ Result<std::unique_ptr<Listener>> Listener::open(const std::vector<Worker*>& wor
                                                  const Config& cfg, ListenerKind kind, int ns_fd,
                                                  NsId ns, const std::string& ip,
                                                  const std::string& net) {
-  std::unique_ptr<Listener> l(new Listener(ns, ip));
+  std::unique_ptr<Listener> l(new Listener(ns));
   auto common = std::make_shared<Common>();
   common->kind = kind;
   common->net = net;

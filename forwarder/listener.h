@@ -75,10 +75,9 @@ class Listener {
     // up; otherwise stop watching for kPauseMs.
     void out_of_fds();
   };
-  Listener(NsId ns, std::string ip) : ns_(ns), ip_(std::move(ip)) {}
+  explicit Listener(NsId ns) : ns_(ns) {}
 
   NsId ns_;
-  std::string ip_;
   std::shared_ptr<Common> common_;
   std::vector<std::pair<Worker*, std::unique_ptr<Port>>> ports_;
 };

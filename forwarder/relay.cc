@@ -88,7 +88,7 @@ bool PipePool::grow(int w) {
   // holds across workers without a lock.
   if (grown_total_->fetch_add(1, std::memory_order_relaxed) >= max_grown_) {
     grown_total_->fetch_sub(1, std::memory_order_relaxed);
-    capped_.store(capped_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    ++capped_;
     return false;
   }
   // Fails (EPERM) past fs.pipe-max-size without CAP_SYS_RESOURCE: the pipe
@@ -130,7 +130,6 @@ Connection::Connection(RelayContext* ctx, Accepted a)
   uside_.c = this;
   uside_.upstream = true;
   ++ctx_->counters.accepted;
-  ++ctx_->counters.active;
   // Shared::active was reserved by the listener; finish() gives it back.
   next_ = ctx_->head;
   if (next_) next_->prev_ = this;
@@ -787,7 +786,6 @@ void Connection::finish(bool reset_client, bool reset_upstream) {
   }
   release_dir(c2u_);
   release_dir(u2c_);
-  --ctx_->counters.active;
   ctx_->shared->active.fetch_sub(1, std::memory_order_relaxed);
   if (prev_)
     prev_->next_ = next_;

@@ -54,41 +54,6 @@ namespace fy::fwd {
 class Stamper;
 class Attributor;
 
-// Pipes kept for reuse, one pool per worker: only ever an empty pipe of the
-// kernel's default size (64 KiB) goes back. At most `max_grown` pipes are
-// grown at once forwarder-wide (`grown_total` is shared by every worker's
-// pool), so what the relay may hold in pipes is bounded (a pipe holds up to
-// its size while its destination is slow): beyond it a bulk direction keeps
-// the default size, which costs a few percent of CPU, not throughput.
-class PipePool {
- public:
-  static constexpr size_t kMax = 1024;
-  static constexpr int kDefaultSize = 64 * 1024;
-  // `bulk_size`: what grow() makes a pipe (0 or <= 64 KiB: grow() does
-  // nothing). `grown_total` outlives the pool.
-  PipePool(uint32_t bulk_size, uint32_t max_grown, std::atomic<uint32_t>* grown_total)
-      : bulk_size_(bulk_size), max_grown_(max_grown), grown_total_(grown_total) {}
-  ~PipePool();
-  // A pipe of the default size; false when none can be made (fd exhaustion).
-  bool get(int* r, int* w);
-  // Grows a pipe to the bulk size; true when it grew. False also when
-  // max_grown pipes are grown already (counted in capped()).
-  bool grow(int w);
-  // `grown`: grow() succeeded on it; it is shrunk back before reuse.
-  void put(int r, int w, bool empty, bool grown);
-  size_t idle() const { return idle_.load(std::memory_order_relaxed); }
-  uint64_t capped() const { return capped_.load(std::memory_order_relaxed); }
-
- private:
-  uint32_t bulk_size_;
-  uint32_t max_grown_;
-  std::atomic<uint32_t>* grown_total_;
-  // Written by the pool's worker only; read by the status line.
-  std::atomic<uint64_t> capped_{0};
-  std::atomic<size_t> idle_{0};
-  std::vector<std::array<int, 2>> free_;
-};
-
 // A counter with one writer, the worker that owns it, and any reader (the
 // status line, on the main thread): a relaxed load and store, no locked
 // read-modify-write, so it costs what a plain increment does.
@@ -114,10 +79,44 @@ class Count {
   std::atomic<uint64_t> v_{0};
 };
 
+// Pipes kept for reuse, one pool per worker: only ever an empty pipe of the
+// kernel's default size (64 KiB) goes back. At most `max_grown` pipes are
+// grown at once forwarder-wide (`grown_total` is shared by every worker's
+// pool), so what the relay may hold in pipes is bounded (a pipe holds up to
+// its size while its destination is slow): beyond it a bulk direction keeps
+// the default size, which costs a few percent of CPU, not throughput.
+class PipePool {
+ public:
+  static constexpr size_t kMax = 1024;
+  static constexpr int kDefaultSize = 64 * 1024;
+  // `bulk_size`: what grow() makes a pipe (0 or <= 64 KiB: grow() does
+  // nothing). `grown_total` outlives the pool.
+  PipePool(uint32_t bulk_size, uint32_t max_grown, std::atomic<uint32_t>* grown_total)
+      : bulk_size_(bulk_size), max_grown_(max_grown), grown_total_(grown_total) {}
+  ~PipePool();
+  // A pipe of the default size; false when none can be made (fd exhaustion).
+  bool get(int* r, int* w);
+  // Grows a pipe to the bulk size; true when it grew. False also when
+  // max_grown pipes are grown already (counted in capped()).
+  bool grow(int w);
+  // `grown`: grow() succeeded on it; it is shrunk back before reuse.
+  void put(int r, int w, bool empty, bool grown);
+  size_t idle() const { return idle_.load(std::memory_order_relaxed); }
+  uint64_t capped() const { return capped_.get(); }
+
+ private:
+  uint32_t bulk_size_;
+  uint32_t max_grown_;
+  std::atomic<uint32_t>* grown_total_;
+  // Written by the pool's worker only; read by the status line.
+  Count capped_;
+  std::atomic<size_t> idle_{0};  // free_.size(), for that reader
+  std::vector<std::array<int, 2>> free_;
+};
+
 // One worker's counters; the status line sums them over the workers.
 struct Counters {
   Count accepted;
-  Count active;  // this worker's live connections
   Count over_limit;
   Count accept_errors;
   Count stamped;

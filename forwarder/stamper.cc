@@ -48,7 +48,6 @@ Result<void> Stamper::init(const std::string& key_file, const std::string& boot_
     if (auto n = parse_u64(rec.substr(sp + 1)); n && *n >= 1) next_ = *n;
   }
   reserved_ = next_;
-  issued_.store(next_ - 1);
   reserve();
   if (persist_failed_)
     return make_error(Errc::io, "cannot write the sequence record {}: {}; check state_dir",
@@ -81,6 +80,11 @@ void Stamper::reserve() {
   reserved_ = upto;  // in memory either way: never reuse within this process
 }
 
+uint64_t Stamper::issued() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return next_ - 1;
+}
+
 std::string Stamper::line(const std::string& src, const std::string& net, const std::string& who) {
   stamp::Fields f;
   std::string key;
@@ -89,7 +93,6 @@ std::string Stamper::line(const std::string& src, const std::string& net, const 
     if (next_ >= reserved_) reserve();
     f.seq = next_++;
     key = key_;
-    issued_.store(f.seq, std::memory_order_relaxed);
   }
   f.src = src;
   f.net = net;

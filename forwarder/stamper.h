@@ -36,7 +36,7 @@ class Stamper {
   std::string line(const std::string& src, const std::string& net, const std::string& who);
 
   const std::string& boot() const { return boot_; }
-  uint64_t issued() const { return issued_.load(std::memory_order_relaxed); }
+  uint64_t issued() const;
   // True when the last block reservation could not be written (stamps still
   // go out; a restart may then repeat sequences, which the proxy refuses).
   bool persist_failed() const { return persist_failed_.load(std::memory_order_relaxed); }
@@ -47,11 +47,10 @@ class Stamper {
   std::string key_file_;
   std::string boot_;
   std::string seq_path_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::string key_;        // guarded by mu_
   uint64_t next_ = 1;      // guarded by mu_
   uint64_t reserved_ = 0;  // guarded by mu_; values < reserved_ are on record as used
-  std::atomic<uint64_t> issued_{0};
   std::atomic<bool> persist_failed_{false};
 };
 

@@ -47,9 +47,13 @@ Result<void> Worker::start(uv_loop_t* main_loop) {
   ctx_.engine = engine_.get();
   ctx_.pipes = pipes_.get();
   if (threaded_) {
-    if (int rc = uv_async_init(loop_, &async_, &Worker::on_async); rc != 0) {
+    // On an error: the engine's handles closed on the loop no thread runs.
+    auto unwind = [this] {
       engine_->stop(nullptr, nullptr);
       uv_run(loop_, UV_RUN_DEFAULT);
+    };
+    if (int rc = uv_async_init(loop_, &async_, &Worker::on_async); rc != 0) {
+      unwind();
       return make_error(Errc::io, "worker {}: async handle: {}", index_, uv_strerror(rc));
     }
     async_.data = this;
@@ -58,8 +62,7 @@ Result<void> Worker::start(uv_loop_t* main_loop) {
     int rc = uv_thread_create(&thread_, &Worker::thread_main, this);
     if (rc != 0) {
       uv_close(reinterpret_cast<uv_handle_t*>(&async_), nullptr);
-      engine_->stop(nullptr, nullptr);
-      uv_run(loop_, UV_RUN_DEFAULT);
+      unwind();
       return make_error(Errc::io, "worker {}: thread: {}", index_, uv_strerror(rc));
     }
   }

@@ -45,7 +45,9 @@ class Worker {
   // Worker 0: runs on `main_loop` (the caller's thread). Others: make a loop
   // and a thread (`main_loop` null). An error leaves nothing running.
   Result<void> start(uv_loop_t* main_loop);
-  // Runs `task` on the worker's thread (at once when called on it).
+  // Runs `task` on the worker's thread, after what was posted before. From
+  // the main thread; worker 0 (whose thread that is) and a joined worker run
+  // it at once.
   void post(std::function<void()> task);
   // Asks the worker to reset every live connection and stop its loop, and
   // returns (worker 0: does it at once).
