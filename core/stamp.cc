@@ -157,7 +157,11 @@ bool ReplayGuard::accept(const std::string& boot, uint64_t seq) {
     if (seq - w.high >= kWindow) {
       std::fill(w.bits.begin(), w.bits.end(), 0);
     } else {
-      for (uint64_t s = from; s <= seq; ++s) bit(s) &= ~mask(s);
+      // Inclusive of seq, and written so that seq == UINT64_MAX ends it.
+      for (uint64_t s = from;; ++s) {
+        bit(s) &= ~mask(s);
+        if (s == seq) break;
+      }
     }
     w.high = seq;
     bit(seq) |= mask(seq);

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -48,14 +49,72 @@ void mkdir_p(const std::string& dir) {
 
 }  // namespace
 
+// One control connection: a line in, a line out, then it closes. It owns two
+// handles (the pipe and a deadline timer) and deletes itself once both have
+// closed. Reading stops when the line is answered, and only the write's
+// callback closes after that, so a peer that sends more or hangs up while the
+// answer is in flight cannot close the pipe twice. A peer that sends no line
+// within kDeadlineMs is closed: the socket is 0666, and idle peers must not
+// pile up descriptors on the main loop.
 struct Forwarder::ControlClient {
+  static constexpr uint64_t kDeadlineMs = 2000;
+  static constexpr size_t kMaxLine = 256;
+
   uv_pipe_t pipe{};
+  uv_timer_t timer{};
   Forwarder* fw = nullptr;
   std::string in;
   bool answered = false;
+  bool closing = false;
+  int open_handles = 0;
   uv_write_t write{};
   std::string out;
+
+  void close() {
+    if (closing) return;
+    closing = true;
+    auto done = [](uv_handle_t* h) {
+      auto* c = static_cast<ControlClient*>(h->data);
+      if (--c->open_handles == 0) delete c;
+    };
+    uv_close(reinterpret_cast<uv_handle_t*>(&pipe), done);
+    uv_close(reinterpret_cast<uv_handle_t*>(&timer), done);
+  }
+  void on_read(ssize_t n, const uv_buf_t* b);
 };
+
+void Forwarder::ControlClient::on_read(ssize_t n, const uv_buf_t* b) {
+  if (answered || closing) return;  // reading stopped; a write is in flight
+  if (n < 0) {
+    close();
+    return;
+  }
+  in.append(b->base, static_cast<size_t>(n));
+  size_t nl = in.find('\n');
+  if (nl == std::string::npos) {
+    if (in.size() > kMaxLine) close();
+    return;
+  }
+  std::string cmd = in.substr(0, nl);
+  if (!cmd.empty() && cmd.back() == '\r') cmd.pop_back();
+  if (cmd == "status")
+    out = fw->status_line();
+  else if (cmd == "ready")
+    out = fw->ready_line();
+  else if (cmd == "stats")
+    out = fw->stats_json();
+  else
+    out = "error unknown command; send one of: status, ready, stats";
+  out += '\n';
+  answered = true;
+  uv_read_stop(reinterpret_cast<uv_stream_t*>(&pipe));
+  uv_timer_stop(&timer);
+  uv_buf_t wb = uv_buf_init(out.data(), out.size());
+  write.data = this;
+  int rc = uv_write(&write, reinterpret_cast<uv_stream_t*>(&pipe), &wb, 1,
+                    [](uv_write_t* w, int) { static_cast<ControlClient*>(w->data)->close(); });
+  if (rc != 0) close();
+}
 
 Forwarder::Forwarder(Config cfg) : cfg_(std::move(cfg)) {}
 
@@ -82,23 +141,17 @@ void Forwarder::notify(const std::string& msg) {
 }
 
 void Forwarder::check_previous_instance() {
+  // We hold the lock, so no forwarder runs on this state_dir. A pid file
+  // left behind means the last one never reached its clean shutdown.
   std::string pid_path = cfg_.state_dir + "/pid";
   pid_t prev = read_pid_file(pid_path);
   if (prev > 0 && prev != getpid()) {
-    std::string comm;
-    if (FILE* f = fopen(("/proc/" + std::to_string(prev) + "/comm").c_str(), "r")) {
-      char buf[64] = "";
-      if (fgets(buf, sizeof buf, f)) comm = buf;
-      fclose(f);
-    }
-    if (comm.rfind("fy-forwarder", 0) != 0) {
-      unclean_restart_ = true;
-      log::error(
-          "the previous fy-forwarder (pid {}) stopped without a clean shutdown; this is "
-          "a restart after a crash or a kill. Its connections were reset. Find the cause "
-          "in the journal (journalctl -u fy-forwarder).",
-          prev);
-    }
+    unclean_restart_ = true;
+    log::error(
+        "the previous fy-forwarder (pid {}) stopped without a clean shutdown; this is "
+        "a restart after a crash or a kill. Its connections were reset. Find the cause "
+        "in the journal (journalctl -u fy-forwarder).",
+        prev);
   }
 }
 
@@ -106,20 +159,20 @@ Result<void> Forwarder::start(uv_loop_t* loop) {
   loop_ = loop;
   mkdir_p(cfg_.state_dir);
   std::string pid_path = cfg_.state_dir + "/pid";
-  {
-    pid_t prev = read_pid_file(pid_path);
-    if (prev > 0 && prev != getpid() && ::kill(prev, 0) == 0) {
-      char buf[64] = "";
-      if (FILE* f = fopen(("/proc/" + std::to_string(prev) + "/comm").c_str(), "r")) {
-        if (!fgets(buf, sizeof buf, f)) buf[0] = 0;
-        fclose(f);
-      }
-      if (std::string(buf).rfind("fy-forwarder", 0) == 0)
-        return make_error(Errc::refused,
-                          "another fy-forwarder (pid {}) is running with state_dir {}; stop it "
-                          "first or give this one its own state_dir",
-                          prev, cfg_.state_dir);
-    }
+  // One forwarder per state_dir: an flock held for the process's life (the
+  // kernel drops it however the process ends, so a reused pid never counts).
+  std::string lock_path = cfg_.state_dir + "/lock";
+  lock_fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lock_fd_ < 0) return make_error(Errc::io, "cannot open {}: {}", lock_path, strerror(errno));
+  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    int err = errno;
+    ::close(lock_fd_);
+    lock_fd_ = -1;
+    if (err != EWOULDBLOCK) return make_error(Errc::io, "flock {}: {}", lock_path, strerror(err));
+    return make_error(Errc::refused,
+                      "another fy-forwarder (pid {}) is running with state_dir {}; stop it "
+                      "first or give this one its own state_dir",
+                      read_pid_file(pid_path), cfg_.state_dir);
   }
   check_previous_instance();
   FY_TRY(stamper_.init(cfg_.key_file, cfg_.boot_id_file, cfg_.state_dir));
@@ -195,10 +248,20 @@ Result<void> Forwarder::start(uv_loop_t* loop) {
     uint64_t usec = strtoull(wd, nullptr, 10);
     if (usec >= 2000) {
       uv_timer_start(
-          &watchdog_, [](uv_timer_t* t) { static_cast<Forwarder*>(t->data)->notify("WATCHDOG=1"); },
+          &watchdog_, [](uv_timer_t* t) { static_cast<Forwarder*>(t->data)->on_watchdog(); },
           usec / 2000, usec / 2000);
     }
   }
+  uv_timer_init(loop_, &beat_timer_);
+  beat_timer_.data = this;
+  beating_ = true;
+  if (workers_.size() > 1)
+    uv_timer_start(
+        &beat_timer_,
+        [](uv_timer_t* t) {
+          for (auto& w : static_cast<Forwarder*>(t->data)->workers_) w->beat();
+        },
+        kBeatMs, kBeatMs);
 
   FILE* pf = fopen(pid_path.c_str(), "w");
   if (pf) {
@@ -434,7 +497,11 @@ std::string Forwarder::stats_json() const {
       {"rst_closes", &Counters::rst_closes},
       {"rst_forced", &Counters::rst_forced},
       {"rst_waited", &Counters::rst_waited},
+      {"rst_by_upstream", &Counters::rst_by_upstream},
       {"aborted", &Counters::aborted},
+      {"client_gone", &Counters::client_gone},
+      {"local_failed", &Counters::local_failed},
+      {"attrib_timeouts", &Counters::attrib_timeouts},
       {"half_closed_timeouts", &Counters::half_closed_timeouts},
       {"bytes_up", &Counters::bytes_up},
       {"bytes_down", &Counters::bytes_down},
@@ -505,6 +572,10 @@ std::string Forwarder::status_line() {
       fail = "the VM listener is down";
     }
   }
+  if (std::string stalled = stalled_workers(); !stalled.empty()) {
+    serving = false;
+    fail = stalled + " (its connections stall)";
+  }
   if (!started_) fail = "starting";
   if (stopping_) fail = "stopping";
   std::string attribution = !cfg_.vm.enabled                           ? "off"
@@ -557,58 +628,26 @@ Result<void> Forwarder::start_control() {
       auto* c = new ControlClient();
       c->fw = fw;
       uv_pipe_init(fw->loop_, &c->pipe, 0);
+      uv_timer_init(fw->loop_, &c->timer);
       c->pipe.data = c;
+      c->timer.data = c;
+      c->open_handles = 2;
       if (uv_accept(s, reinterpret_cast<uv_stream_t*>(&c->pipe)) != 0) {
-        uv_close(reinterpret_cast<uv_handle_t*>(&c->pipe),
-                 [](uv_handle_t* h) { delete static_cast<ControlClient*>(h->data); });
+        c->close();
         return;
       }
+      uv_timer_start(
+          &c->timer, [](uv_timer_t* t) { static_cast<ControlClient*>(t->data)->close(); },
+          ControlClient::kDeadlineMs, 0);
       uv_read_start(
           reinterpret_cast<uv_stream_t*>(&c->pipe),
-          [](uv_handle_t* h, size_t, uv_buf_t* b) {
+          [](uv_handle_t*, size_t, uv_buf_t* b) {
+            // One loop thread, and each read is consumed before the next.
             static char buf[512];
             *b = uv_buf_init(buf, sizeof buf);
           },
           [](uv_stream_t* st, ssize_t n, const uv_buf_t* b) {
-            auto* cc = static_cast<ControlClient*>(st->data);
-            auto close_it = [cc] {
-              uv_close(reinterpret_cast<uv_handle_t*>(&cc->pipe),
-                       [](uv_handle_t* h) { delete static_cast<ControlClient*>(h->data); });
-            };
-            if (n < 0) {
-              close_it();
-              return;
-            }
-            if (cc->answered) return;
-            cc->in.append(b->base, static_cast<size_t>(n));
-            size_t nl = cc->in.find('\n');
-            if (nl == std::string::npos) {
-              if (cc->in.size() > 256) close_it();
-              return;
-            }
-            std::string cmd = cc->in.substr(0, nl);
-            if (!cmd.empty() && cmd.back() == '\r') cmd.pop_back();
-            Forwarder* f = cc->fw;
-            if (cmd == "status")
-              cc->out = f->status_line();
-            else if (cmd == "ready")
-              cc->out = f->ready_line();
-            else if (cmd == "stats") {
-              cc->out = f->stats_json();
-            } else {
-              cc->out = "error unknown command; send one of: status, ready, stats";
-            }
-            cc->out += '\n';
-            cc->answered = true;
-            uv_buf_t wb = uv_buf_init(cc->out.data(), cc->out.size());
-            cc->write.data = cc;
-            uv_write(&cc->write, reinterpret_cast<uv_stream_t*>(&cc->pipe), &wb, 1,
-                     [](uv_write_t* w, int) {
-                       auto* c2 = static_cast<ControlClient*>(w->data);
-                       uv_close(reinterpret_cast<uv_handle_t*>(&c2->pipe), [](uv_handle_t* h) {
-                         delete static_cast<ControlClient*>(h->data);
-                       });
-                     });
+            static_cast<ControlClient*>(st->data)->on_read(n, b);
           });
     });
   if (rc != 0)
@@ -616,6 +655,29 @@ Result<void> Forwarder::start_control() {
   chmod(cfg_.control_socket.c_str(), 0666);  // the hook may run as the VM user
   control_open_ = true;
   return {};
+}
+
+std::string Forwarder::stalled_workers() const {
+  std::string out;
+  uint64_t now = mono_ms();
+  for (const auto& w : workers_) {
+    uint64_t ms = w->since_beat_ms(now);
+    if (ms < kStallMs) continue;
+    if (!out.empty()) out += ", ";
+    out += fmt::format("worker {} has not turned its loop for {} ms", w->index(), ms);
+  }
+  return out;
+}
+
+void Forwarder::on_watchdog() {
+  // A wedged worker holds its share of the connections (SO_REUSEPORT keeps
+  // sending it new ones): no ping, and systemd restarts the forwarder.
+  std::string stalled = stalled_workers();
+  if (stalled.empty()) {
+    notify("WATCHDOG=1");
+    return;
+  }
+  log::error("{}: withholding the watchdog ping, so systemd restarts the forwarder", stalled);
 }
 
 void Forwarder::on_signal(int sig) {
@@ -658,10 +720,15 @@ void Forwarder::stop() {
   }
   if (started_) {
     close_h(&watchdog_);
+    if (beating_) close_h(&beat_timer_);
     close_h(&sig_term_);
     close_h(&sig_int_);
     close_h(&sig_hup_);
     ::unlink((cfg_.state_dir + "/pid").c_str());
+  }
+  if (lock_fd_ >= 0) {
+    ::close(lock_fd_);  // after the pid file is gone
+    lock_fd_ = -1;
   }
 }
 

@@ -101,12 +101,22 @@ class Forwarder {
   uv_timer_t burst_timer_{};
   uint64_t burst_until_ms_ = 0;
   uv_timer_t watchdog_{};
+  // Every kBeatMs with more than one worker: beats posted to workers 1..n-1;
+  // one whose loop has not run one for kStallMs fails the status line and
+  // withholds the watchdog ping.
+  static constexpr uint64_t kBeatMs = 1000;
+  static constexpr uint64_t kStallMs = 5000;
+  uv_timer_t beat_timer_{};
+  bool beating_ = false;
+  std::string stalled_workers() const;  // "" when every loop turns
+  void on_watchdog();
   uv_signal_t sig_term_{}, sig_int_{}, sig_hup_{};
   uv_pipe_t control_{};
   bool control_open_ = false;
   bool started_ = false;
   bool stopping_ = false;
   bool unclean_restart_ = false;
+  int lock_fd_ = -1;  // <state_dir>/lock, flock'ed while this forwarder lives
   std::string attribution_note_;
 };
 

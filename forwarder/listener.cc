@@ -132,14 +132,20 @@ void Listener::Port::accept_on() {
     if (cfd < 0) {
       if (errno == EAGAIN || errno == EINTR) return;
       if (errno == ECONNABORTED) continue;
+      const int err = errno;
+      const bool fds = err == EMFILE || err == ENFILE;
       ++ctx->counters.accept_errors;
       uint64_t suppressed = 0;
       if (g_accept_log.allow(mono_ms(), &suppressed))
         log::error(
             "accept on {}: {}; connections are being reset ({} similar lines "
-            "suppressed). Raise LimitNOFILE or lower [limits] connections.",
-            co.desc, strerror(errno), suppressed);
-      if (errno == EMFILE || errno == ENFILE) out_of_fds();
+            "suppressed).{}",
+            co.desc, strerror(err), suppressed,
+            err == EMFILE   ? " Raise LimitNOFILE or lower [limits] connections."
+            : err == ENFILE ? " The whole VM is out of file descriptors (fs.file-max)."
+            : err == ENOBUFS || err == ENOMEM ? " The VM is short of memory."
+                                              : "");
+      if (fds) out_of_fds();
       return;
     }
     // Forwarder-wide, reserved before the connection is made (the

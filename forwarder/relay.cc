@@ -29,6 +29,10 @@ constexpr uint32_t kRelayIn = EPOLLIN | EPOLLRDHUP | EPOLLET;
 constexpr size_t kSpliceMax = 1 << 20;
 constexpr uint64_t kRefuseLingerMs = 2000;
 constexpr uint64_t kOutqPollMs = 1;
+// A VM-listener connection whose owner is not known by then gets a 503. The
+// lookup is microseconds with bpf; the /proc walk is ~50 ms at 10,000 sockets,
+// and lookups queue on four pool threads shared by every worker.
+constexpr uint64_t kAttribTimeoutMs = 5000;
 // One pump() reading this much from a source makes its direction bulk.
 constexpr size_t kBulkRead = 64 * 1024;
 
@@ -41,6 +45,28 @@ bool peer_log_allowed() {
   if (ok && suppressed)
     log::info("{} peer-caused log lines suppressed (see the counters in the status line)",
               suppressed);
+  return ok;
+}
+
+int socket_error(int fd) {
+  int err = 0;
+  socklen_t len = sizeof err;
+  if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) return errno;
+  return err;
+}
+
+// Proxy-caused lines (re-dials, unreachable): when the proxy is down or the
+// VM froze, every connection says the same; at most 5 a second per worker.
+thread_local log::RateLimit g_upstream_log(5, 1000);
+
+bool upstream_log_allowed() {
+  uint64_t suppressed = 0;
+  bool ok = g_upstream_log.allow(mono_ms(), &suppressed);
+  if (ok && suppressed)
+    log::info(
+        "{} similar lines about the proxy suppressed (see redials= and upstream_failed= "
+        "in the status line)",
+        suppressed);
   return ok;
 }
 
@@ -118,6 +144,9 @@ struct Connection::AttribOut {
   AttribQuery query;
   Attribution result;
   const Attributor* attributor = nullptr;
+  // Set by the loop when the connection gave up waiting (the deadline, or
+  // the client went): a lookup not started yet is skipped.
+  std::atomic<bool> abandoned{false};
 };
 
 Connection::Connection(RelayContext* ctx, Accepted a)
@@ -148,6 +177,9 @@ void Connection::start() {
   // TCP_NODELAY came from the listener (listen_tcp).
   cside_.out = false;  // c_writable_ starts true: nothing to wait for
   if (!ctx_->engine->watch(cfd_, kRelayIn, &cside_)) {
+    ++ctx_->counters.local_failed;
+    if (peer_log_allowed())
+      log::warn("{} cannot watch the client socket (epoll: {}); reset", label(), strerror(errno));
     finish(true, true);
     return;
   }
@@ -180,6 +212,19 @@ void Connection::on_io(bool upstream, uint32_t ev) {
     if (out) c_writable_ = true;
     if (ev & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) c_hup_ = true;
   }
+  if ((ev & EPOLLERR) && !upstream && phase_ != Phase::head && phase_ != Phase::refusing &&
+      socket_error(cfd_) != 0) {
+    // The client reset. Before the relay starts, its head must not go on
+    // alone (a retried POST would run twice); once relaying, a client done
+    // sending is never read again, so no splice would notice. Both reset.
+    if (phase_ == Phase::attributing || phase_ == Phase::dialing || phase_ == Phase::sending)
+      ++ctx_->counters.client_gone;
+    else
+      ++ctx_->counters.aborted;
+    if (attrib_) attrib_->abandoned = true;
+    finish(true, true);
+    return;
+  }
   switch (phase_) {
     case Phase::head:
       if (!upstream && in) read_head();
@@ -191,8 +236,12 @@ void Connection::on_io(bool upstream, uint32_t ev) {
       if (upstream && out) send_head(false);
       break;
     case Phase::relaying:
-    case Phase::rst_wait:
       pump();
+      break;
+    case Phase::rst_wait:
+      // Both directions are done: nothing to pump. An upstream error here is
+      // the proxy resetting first (begin_rst_wait sees it).
+      if (upstream && (ev & (EPOLLERR | EPOLLHUP))) begin_rst_wait();
       break;
     case Phase::refusing:
       if (!upstream && in) {
@@ -224,10 +273,11 @@ void Connection::on_timer() {
     case Phase::dialing: {
       if (attempts_ <= ctx_->cfg->redials) {
         ++ctx_->counters.redials;
-        log::info(
-            "{} no answer from the proxy in {} ms (attempt {}); re-dialling on a new "
-            "socket",
-            label(), ctx_->cfg->connect_timeout_ms, attempts_);
+        if (upstream_log_allowed())
+          log::info(
+              "{} no answer from the proxy in {} ms (attempt {}); re-dialling on a new "
+              "socket",
+              label(), ctx_->cfg->connect_timeout_ms, attempts_);
         ::close(ufd_);  // a SYN_SENT socket goes without a packet
         ufd_ = -1;
         u_writable_ = u_readable_ = false;
@@ -238,6 +288,19 @@ void Connection::on_timer() {
                                 ctx_->cfg->connect_timeout_ms));
       return;
     }
+    case Phase::attributing:
+      ++ctx_->counters.attrib_timeouts;
+      attrib_->abandoned = true;
+      if (peer_log_allowed())
+        log::warn(
+            "{} not attributed within {} ms (lookups queued: is [vm] attribution on the "
+            "/proc walk? see the attribution= field of the status line)",
+            label(), kAttribTimeoutMs);
+      refuse(503, "Service Unavailable", "attribution",
+             fmt::format("fy-forwarder could not tell within {} ms who made this connection, so "
+                         "it does not pass it on. Retry; if it persists, see fy-forwarder's log.\n",
+                         kAttribTimeoutMs));
+      return;
     case Phase::rst_wait:
       begin_rst_wait();
       return;
@@ -334,6 +397,7 @@ void Connection::on_head(const Head& h) {
     work_.data = this;
     work_pending_ = true;
     uv_queue_work(ctx_->engine->loop(), &work_, &Connection::attrib_work, &Connection::attrib_done);
+    ctx_->engine->arm(this, kAttribTimeoutMs);
     return;
   }
   stamp_line_ =
@@ -345,6 +409,7 @@ void Connection::on_head(const Head& h) {
 void Connection::attrib_work(uv_work_t* w) {
   auto* self = static_cast<Connection*>(w->data);
   // Runs on a thread-pool thread: touch only attrib_.
+  if (self->attrib_->abandoned.load()) return;
   self->attrib_->result = self->attrib_->attributor->lookup(self->attrib_->query);
 }
 
@@ -355,6 +420,8 @@ void Connection::attrib_done(uv_work_t* w, int status) {
     self->ctx_->engine->retire(self);
     return;
   }
+  if (self->phase_ != Phase::attributing) return;  // timed out: answered already
+  self->ctx_->engine->disarm(self);
   const Attribution& a = self->attrib_->result;
   Counters& k = self->ctx_->counters;
   k.attrib_us_total += a.cost_us;
@@ -405,7 +472,7 @@ void Connection::dial() {
     reinterpret_cast<sockaddr_in6*>(&up)->sin6_port = htons(a_.rule->port);
   ufd_ = ::socket(up.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (ufd_ < 0) {
-    fail_upstream(fmt::format("cannot make a socket: {}", strerror(errno)));
+    fail_local(fmt::format("cannot make a socket: {}", strerror(errno)));
     return;
   }
   set_nodelay(ufd_);
@@ -424,7 +491,7 @@ void Connection::dial() {
   bool early = head_buf_ != nullptr;
   uside_.out = !early;
   if (!ctx_->engine->watch(ufd_, early ? kRelayIn : kRelayIn | EPOLLOUT, &uside_)) {
-    fail_upstream(fmt::format("epoll: {}", strerror(errno)));
+    fail_local(fmt::format("cannot watch a socket (epoll): {}", strerror(errno)));
     return;
   }
   ctx_->engine->arm(this, ctx_->cfg->connect_timeout_ms);
@@ -555,14 +622,19 @@ bool Connection::move(Dir& d, int src, int dst, bool& src_readable, bool& dst_wr
       } else if (n < 0 && errno == EINTR) {
         continue;
       } else {
+        ++ctx_->counters.aborted;
         finish(true, true);  // EPIPE, ECONNRESET: the destination is gone
         return any;
       }
     }
     if (!d.eof && src_readable) {
       if (d.pipe_r < 0 && !ctx_->pipes->get(&d.pipe_r, &d.pipe_w)) {
+        ++ctx_->counters.local_failed;
         if (peer_log_allowed())
-          log::warn("{} cannot make a pipe: {}; reset", label(), strerror(errno));
+          log::warn(
+              "{} cannot make a pipe: {}; reset (raise LimitNOFILE or lower [limits] "
+              "connections)",
+              label(), strerror(errno));
         finish(true, true);
         return any;
       }
@@ -584,6 +656,7 @@ bool Connection::move(Dir& d, int src, int dst, bool& src_readable, bool& dst_wr
       } else if (errno == EINTR) {
         continue;
       } else {
+        ++ctx_->counters.aborted;
         finish(true, true);  // ECONNRESET and friends: reset the other side too
         return any;
       }
@@ -703,6 +776,15 @@ void Connection::begin_rst_wait() {
   }
   int outq = 0;
   if (ioctl(ufd_, SIOCOUTQ, &outq) != 0) outq = 0;
+  if (outq > 0 && socket_error(ufd_) != 0) {
+    // The proxy reset the connection first: nothing more will be
+    // acknowledged (SIOCOUTQ stays where it was), and its 4-tuple holds no
+    // TIME_WAIT. Checked only while bytes are outstanding: at 0 the RST goes
+    // either way.
+    ++ctx_->counters.rst_by_upstream;
+    finish(false, false);
+    return;
+  }
   if (first && outq > 0) ++ctx_->counters.rst_waited;
   if (outq == 0) {
     ++ctx_->counters.rst_closes;
@@ -724,7 +806,8 @@ void Connection::begin_rst_wait() {
 void Connection::fail_upstream(const std::string& why) {
   ++ctx_->counters.upstream_failed;
   std::string up = sockaddr_ip(reinterpret_cast<const sockaddr*>(&ctx_->upstream));
-  log::warn("{} cannot reach the proxy at {}:{}: {}", label(), up, a_.rule->port, why);
+  if (upstream_log_allowed())
+    log::warn("{} cannot reach the proxy at {}:{}: {}", label(), up, a_.rule->port, why);
   if (ufd_ >= 0) {
     ::close(ufd_);
     ufd_ = -1;
@@ -737,6 +820,27 @@ void Connection::fail_upstream(const std::string& why) {
          fmt::format("fy-forwarder could not reach the egress proxy at {}:{}: {}. Check that "
                      "foldyard's proxy is running on the host (fy up).\n",
                      up, a_.rule->port, why));
+}
+
+void Connection::fail_local(const std::string& why) {
+  ++ctx_->counters.local_failed;
+  if (peer_log_allowed())
+    log::warn(
+        "{} {}: the forwarder itself is short of resources; raise LimitNOFILE in its unit "
+        "or lower [limits] connections",
+        label(), why);
+  if (ufd_ >= 0) {
+    ::close(ufd_);
+    ufd_ = -1;
+  }
+  if (!a_.rule->stamp) {
+    finish(true, false);
+    return;
+  }
+  refuse(503, "Service Unavailable", "forwarder",
+         fmt::format("fy-forwarder could not pass this request on: {}. The forwarder in the VM "
+                     "is short of resources, not the proxy; retry, and see fy-forwarder's log.\n",
+                     why));
 }
 
 void Connection::refuse(int status, const char* reason_phrase, const std::string& tag,
@@ -766,8 +870,6 @@ void Connection::release_dir(Dir& d) {
 
 void Connection::finish(bool reset_client, bool reset_upstream) {
   if (phase_ == Phase::closed) return;
-  bool aborted = reset_client && reset_upstream;
-  if (aborted && (phase_ == Phase::relaying || phase_ == Phase::rst_wait)) ++ctx_->counters.aborted;
   phase_ = Phase::closed;
   ctx_->engine->disarm(this);
   if (ufd_ >= 0) {

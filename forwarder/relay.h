@@ -140,7 +140,11 @@ struct Counters {
   Count rst_closes;  // upstream finished first; closed with RST after SIOCOUTQ 0
   Count rst_forced;  // ... SIOCOUTQ never reached 0 within rst_wait_ms
   Count rst_waited;  // ... SIOCOUTQ was not 0 yet when the client was done: waited
-  Count aborted;     // an error on either side: both reset
+  Count rst_by_upstream;  // ... the proxy reset first while SIOCOUTQ was not 0 yet
+  Count aborted;          // an error on either side while relaying: both reset
+  Count client_gone;      // the client reset before the relay began: nothing went on
+  Count local_failed;     // the forwarder's own resources failed (fds, epoll, pipes)
+  Count attrib_timeouts;  // not attributed within 5 s: 503
   Count half_closed_timeouts;
   Count bytes_up;
   Count bytes_down;
@@ -249,6 +253,8 @@ class Connection final : public Retirable, private TimerSlot {
   bool upstream_fin_arrived() const;
   void begin_rst_wait();                       // may close
   void fail_upstream(const std::string& why);  // may close
+  // The forwarder's own failure (descriptors, epoll): a 503 that says so.
+  void fail_local(const std::string& why);  // may close
   void refuse(int status, const char* reason_phrase, const std::string& tag,
               const std::string& body);                 // may close
   void finish(bool reset_client, bool reset_upstream);  // closes

@@ -1,8 +1,12 @@
 #include "forwarder/worker.h"
 
+#include <pthread.h>
+
 #include <cerrno>
 #include <cstring>
+#include <string>
 
+#include "core/clock.h"
 #include "core/log.h"
 
 namespace fy::fwd {
@@ -66,13 +70,28 @@ Result<void> Worker::start(uv_loop_t* main_loop) {
       return make_error(Errc::io, "worker {}: thread: {}", index_, uv_strerror(rc));
     }
   }
+  beat_ms_.store(mono_ms(), std::memory_order_relaxed);
   started_ = true;
   return {};
 }
 
 void Worker::thread_main(void* arg) {
   auto* w = static_cast<Worker*>(arg);
+  // Named for top -H and the tests: "fy-fwd-w<index>".
+  std::string name = "fy-fwd-w" + std::to_string(w->index_);
+  pthread_setname_np(pthread_self(), name.c_str());
   uv_run(w->loop_, UV_RUN_DEFAULT);
+}
+
+void Worker::beat() {
+  if (!threaded_ || !started_ || stopping_) return;
+  post([this] { beat_ms_.store(mono_ms(), std::memory_order_relaxed); });
+}
+
+uint64_t Worker::since_beat_ms(uint64_t now_ms) const {
+  if (!threaded_ || !started_ || stopping_) return 0;
+  uint64_t b = beat_ms_.load(std::memory_order_relaxed);
+  return now_ms > b ? now_ms - b : 0;
 }
 
 void Worker::post(std::function<void()> task) {

@@ -22,6 +22,7 @@
 
 #include <uv.h>
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -56,6 +57,13 @@ class Worker {
   // thread; again is a no-op.
   void stop();
 
+  // Liveness (from the main thread). beat() asks the worker's loop to note
+  // the time; since_beat_ms() is how long ago it last did (0 for worker 0,
+  // whose loop is the caller's). A loop that stops turning (a wedged thread)
+  // lets it grow while the main loop still answers the probe.
+  void beat();
+  uint64_t since_beat_ms(uint64_t now_ms) const;
+
   unsigned index() const { return index_; }
   RelayContext& ctx() { return ctx_; }
   const RelayContext& ctx() const { return ctx_; }
@@ -80,6 +88,7 @@ class Worker {
   bool stopping_ = false;  // begin_stop() ran
   bool stopped_ = false;
   bool joined_ = false;  // the thread has ended: post() runs tasks at once
+  std::atomic<uint64_t> beat_ms_{0};  // mono_ms() of the last beat the loop ran
   std::mutex mu_;
   std::vector<std::function<void()>> tasks_;  // guarded by mu_
 };

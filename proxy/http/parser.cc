@@ -1,5 +1,7 @@
 #include "proxy/http/parser.h"
 
+#include <algorithm>
+
 #include "core/text.h"
 
 namespace fy::http {
@@ -127,6 +129,7 @@ Parser::Parser(llhttp_type_t type, const Limits& limits) : limits_(limits), type
   settings_.on_status = cb_status;
   settings_.on_header_field = cb_header_field;
   settings_.on_header_value = cb_header_value;
+  settings_.on_header_field_complete = cb_header_field_complete;
   settings_.on_header_value_complete = cb_header_value_complete;
   settings_.on_headers_complete = cb_headers_complete;
   settings_.on_body = cb_body;
@@ -136,7 +139,8 @@ Parser::Parser(llhttp_type_t type, const Limits& limits) : limits_(limits), type
 }
 
 // Span callbacks run with head_ set only inside parse_head; trailer fields of
-// a chunked body arrive during parse_body and are not collected.
+// a chunked body arrive during parse_body and are not collected, only their
+// names checked (refuse_trailer).
 int Parser::cb_url(llhttp_t* p, const char* at, size_t len) {
   if (!self(p)->head_) return 0;
   extend(&self(p)->head_->target, at, len);
@@ -152,7 +156,11 @@ int Parser::cb_status(llhttp_t* p, const char* at, size_t len) {
 int Parser::cb_header_field(llhttp_t* p, const char* at, size_t len) {
   Parser* s = self(p);
   Head* h = s->head_;
-  if (!h) return 0;
+  if (!h) {
+    if (s->refuse_trailer && s->trailer_name_.size() <= kMaxTrailerName)
+      s->trailer_name_.append(at, std::min(len, kMaxTrailerName + 1 - s->trailer_name_.size()));
+    return 0;
+  }
   if (s->new_header_next_) {
     if (h->headers.size() >= s->limits_.max_headers) {
       s->too_many_headers_ = true;
@@ -168,6 +176,18 @@ int Parser::cb_header_field(llhttp_t* p, const char* at, size_t len) {
 int Parser::cb_header_value(llhttp_t* p, const char* at, size_t len) {
   if (!self(p)->head_) return 0;
   extend(&self(p)->head_->headers.back().value, at, len);
+  return 0;
+}
+
+int Parser::cb_header_field_complete(llhttp_t* p) {
+  Parser* s = self(p);
+  if (s->head_ || !s->refuse_trailer) return 0;
+  std::string name;
+  name.swap(s->trailer_name_);
+  if (name.size() <= kMaxTrailerName && s->refuse_trailer(name)) {
+    s->refused_trailer_ = std::move(name);
+    return HPE_USER;
+  }
   return 0;
 }
 
@@ -259,6 +279,12 @@ std::optional<size_t> Parser::parse_body(const char* p, size_t n, ParseError* er
   if (rc == HPE_PAUSED || rc == HPE_PAUSED_UPGRADE) {
     return static_cast<size_t>(llhttp_get_error_pos(&parser_) - p);
   }
+  if (!refused_trailer_.empty()) {
+    *error = {400, "the chunked body's trailer section carries a " + refused_trailer_ +
+                       " field, which the proxy does not let through (only fy-forwarder writes "
+                       "it, in the request head): send the request without that trailer"};
+    return std::nullopt;
+  }
   std::string why = llhttp_get_error_reason(&parser_) ? llhttp_get_error_reason(&parser_) : "";
   *error = {400, "the body's framing is malformed: " + why};
   return std::nullopt;
@@ -282,12 +308,16 @@ void Parser::next_message() {
   } else if (e == HPE_PAUSED) {
     llhttp_resume(&parser_);
   }
+  trailer_name_.clear();
+  refused_trailer_.clear();
   message_complete_ = false;
   headers_complete_ = false;
 }
 
 void Parser::reset() {
   llhttp_reset(&parser_);
+  trailer_name_.clear();
+  refused_trailer_.clear();
   message_complete_ = false;
   headers_complete_ = false;
 }

@@ -140,12 +140,17 @@ class Parser {
   void expect_response_to(llhttp_method_t method) { request_method_ = method; }
 
   std::function<void(std::string_view)> on_body;
+  // Optional: a chunked body's trailer field whose name this returns true for
+  // ends parse_body with a 400 (the proxy refuses stamp fields there, where
+  // it cannot strip them before the bytes go on).
+  std::function<bool(std::string_view)> refuse_trailer;
 
  private:
   static int cb_url(llhttp_t*, const char*, size_t);
   static int cb_status(llhttp_t*, const char*, size_t);
   static int cb_header_field(llhttp_t*, const char*, size_t);
   static int cb_header_value(llhttp_t*, const char*, size_t);
+  static int cb_header_field_complete(llhttp_t*);
   static int cb_header_value_complete(llhttp_t*);
   static int cb_headers_complete(llhttp_t*);
   static int cb_body(llhttp_t*, const char*, size_t);
@@ -158,6 +163,11 @@ class Parser {
   llhttp_method_t request_method_ = HTTP_GET;
   Head* head_ = nullptr;
   bool new_header_next_ = true;
+  // The trailer field being read (parse_body), capped: a longer name is kept
+  // as its first kMaxTrailerName + 1 bytes, which no refused name matches.
+  static constexpr size_t kMaxTrailerName = 64;
+  std::string trailer_name_;
+  std::string refused_trailer_;
   bool headers_complete_ = false;
   bool message_complete_ = false;
   bool too_many_headers_ = false;

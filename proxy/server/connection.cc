@@ -98,6 +98,8 @@ Connection::Connection(Server& srv, uint64_t id)
       resp_parser_(HTTP_RESPONSE, resp_limits()) {
   uv_timer_init(srv.loop(), &timer_);
   timer_.data = this;
+  // A stamp field in a trailer would go on with the body bytes, unstripped.
+  req_parser_.refuse_trailer = [](std::string_view name) { return stamp::is_stamp_header(name); };
   resp_parser_.on_body = [this](std::string_view b) {
     if (ex_.capture_body && ex_.row.error_body.size() < netlog::kMaxErrorBody)
       ex_.row.error_body.append(b.substr(0, netlog::kMaxErrorBody - ex_.row.error_body.size()));
@@ -313,6 +315,7 @@ void Connection::process_client(const ChunkRef& c, const char* p, size_t n) {
       auto st = req_reader_.feed(std::string_view(p, n), &used, &head, &err);
       if (st == http::HeadScanner::Status::error) {
         begin_row("");
+        bind_first_head(std::string_view(), nullptr);
         answer_parse_error(err);
         return;
       }
@@ -398,6 +401,8 @@ void Connection::on_request_head(std::string_view head) {
   bool parsed = req_parser_.parse_head(head, &req_head_, &err);
   begin_row(parsed ? req_head_.method : std::string_view());
   ex_.row.bytes_up = head.size();
+  // Before anything can refuse the head: a refusal's row names who asked.
+  bind_first_head(head, parsed ? &req_head_ : nullptr);
   if (!parsed || !http::check_request_framing(req_head_, &err)) {
     answer_parse_error(err);
     return;
@@ -406,11 +411,6 @@ void Connection::on_request_head(std::string_view head) {
   ex_.method = req_head_.method_id;
   ex_.upgrade = req_head_.upgrade && req_head_.method_id != HTTP_CONNECT;
   ex_.client_keep_alive = req_head_.keep_alive;
-
-  if (first_head_) {
-    first_head_ = false;
-    bind_stamp(req_head_);
-  }
   if (attribution_ == netlog::Attribution::unattributed && srv_.policy().require_attribution()) {
     ++srv_.metrics().refused_unattributed;
     answer(403,
@@ -1571,16 +1571,36 @@ void Connection::write_tunnel_row() {
   srv_.netlog().append(row);
 }
 
-void Connection::bind_stamp(const http::Head& head) {
+void Connection::bind_first_head(std::string_view raw, const http::Head* parsed) {
+  if (!first_head_) return;
+  first_head_ = false;
   const std::string& key = srv_.stamp_key();
   if (key.empty()) return;  // attribution not expected
   attribution_ = netlog::Attribution::unattributed;
   std::string_view value;
   size_t count = 0;
-  for (const http::Header& h : head.headers) {
-    if (stamp::is_stamp_header(h.name)) {
-      value = h.value;
-      ++count;
+  if (parsed) {
+    for (const http::Header& h : parsed->headers) {
+      if (stamp::is_stamp_header(h.name)) {
+        value = h.value;
+        ++count;
+      }
+    }
+  } else {
+    // A head llhttp refused (an unknown method, say) or none at all. The
+    // forwarder only passes canonical heads (CRLF lines, "Name: value"), so a
+    // line scan finds its stamp the same way the parser would.
+    for (size_t at = raw.find("\r\n"); at != std::string_view::npos;) {
+      size_t start = at + 2;
+      size_t end = raw.find("\r\n", start);
+      if (end == std::string_view::npos) break;
+      std::string_view line = raw.substr(start, end - start);
+      size_t colon = line.find(':');
+      if (colon != std::string_view::npos && stamp::is_stamp_header(line.substr(0, colon))) {
+        value = trim_ows(line.substr(colon + 1));
+        ++count;
+      }
+      at = end;
     }
   }
   if (count != 1) {
@@ -1785,6 +1805,7 @@ void Connection::handle_timer() {
         if (now >= head_start_ms_ + lim.head_timeout_ms) {
           ++srv_.metrics().head_timeouts;
           begin_row("");
+          bind_first_head(std::string_view(), nullptr);
           ex_.row.error = "client: the request head did not arrive in time";
           answer(408,
                  fmt::format("foldyard's proxy closed this connection: the request head did "

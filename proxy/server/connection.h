@@ -194,7 +194,10 @@ class Connection final : public StreamHandler {
   void fill_row(netlog::Row& row);
   void write_exchange_row();
   void write_tunnel_row();
-  void bind_stamp(const http::Head& head);
+  // Binds the connection to its first head's stamp (once; later calls do
+  // nothing). `parsed` is the head as llhttp read it, or null when it could
+  // not be parsed; then `raw` (possibly empty) is scanned line by line.
+  void bind_first_head(std::string_view raw, const http::Head* parsed);
 
   // Flow control and lifecycle.
   void pause_client(uint8_t reason);

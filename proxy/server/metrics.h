@@ -50,6 +50,8 @@ struct Metrics {
   uint64_t stamps_replayed = 0;
   uint64_t unattributed = 0;
   uint64_t refused_unattributed = 0;  // attribution = "require"
+  uint64_t stamp_key_reloads = 0;     // a reload installed a changed key
+  uint64_t stamp_key_reload_failures = 0;  // a reload could not read the key: old one kept
 };
 
 }  // namespace fy::proxy

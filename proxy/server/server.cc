@@ -128,6 +128,8 @@ Result<void> Server::start() {
   if (!config_.build_tokens_file.empty()) reload_build_tokens();
 
   FY_TRY(load_policy_initial());
+  if (std::string why = attribution_problem(*policy_); !why.empty())
+    return Error{Errc::invalid_argument, "refusing to start: " + why};
   credentials_->update(policy_->rules(), policy_->rules().defaults);
   FY_TRY(fit_connection_limit());
   // Idle origin connections take at most an eighth of the clients' descriptors.
@@ -238,8 +240,54 @@ Result<void> Server::load_policy_initial() {
   return {};
 }
 
+std::string Server::attribution_problem(const policy::Policy& p) const {
+  if (!p.require_attribution() || !config_.stamp_key_file.empty()) return {};
+  // Without a key no stamp is verified and no connection is marked
+  // unattributed: "require" would refuse nothing. Fail closed instead.
+  return fmt::format(
+      "policy {} sets attribution = \"require\", but fy-proxy was started without "
+      "--stamp-key: with no key it verifies no stamp, and \"require\" would refuse nothing. "
+      "Start fy-proxy with --stamp-key FILE (the key the forwarder stamps with), or set "
+      "attribution = \"record\"",
+      config_.policy_file);
+}
+
+void Server::reload_stamp_key(const char* why) {
+  if (config_.stamp_key_file.empty()) return;
+  auto key = read_key_file(config_.stamp_key_file);
+  if (!key) {
+    ++metrics_.stamp_key_reload_failures;
+    if (key.error().message != stamp_key_error_) {
+      // Said once per distinct problem, at error level.
+      stamp_key_error_ = key.error().message;
+      log::error(
+          "stamp key not reloaded ({}), the old key stays in use: {}. Stamps made with a new "
+          "key are recorded unattributed until the file is fixed; fix it, then send SIGHUP",
+          why, key.error().message);
+    }
+    return;
+  }
+  if (!stamp_key_error_.empty()) log::info("stamp key {} is usable again", config_.stamp_key_file);
+  stamp_key_error_.clear();
+  if (*key == stamp_key_) return;
+  // Only connections not yet bound verify under the new key: those already
+  // bound keep their attribution. The replay guard stays: (boot, seq) is the
+  // forwarder's and does not restart with a key.
+  stamp_key_ = std::move(*key);
+  ++metrics_.stamp_key_reloads;
+  log::info(
+      "stamp key reloaded from {} ({}): new connections are attributed by stamps under the new "
+      "key only; open connections keep their attribution",
+      config_.stamp_key_file, why);
+}
+
 void Server::reload(const char* why) {
+  reload_stamp_key(why);
   auto p = policy::Policy::load_file(config_.policy_file, wall_ms());
+  if (p) {
+    if (std::string bad = attribution_problem(**p); !bad.empty())
+      p = Error{Errc::invalid_argument, std::move(bad)};
+  }
   if (!p) {
     ++metrics_.reload_failures;
     if (p.error().message != policy_error_) {
@@ -583,6 +631,11 @@ std::string Server::render_metrics() const {
           origin_pool_->reused());
   counter("fy_tls_origin_resumptions_offered_total", "Sessions offered to origins for resumption.",
           origin_sessions_.resumptions());
+  counter("fy_stamp_key_reloads_total", "Reloads that installed a changed --stamp-key.",
+          m.stamp_key_reloads);
+  counter("fy_stamp_key_reload_failures_total",
+          "Reloads that could not read --stamp-key (the old key stays in use).",
+          m.stamp_key_reload_failures);
   counter("fy_policy_reloads_total", "Policy reloads that succeeded.", m.reloads);
   counter("fy_policy_reload_failures_total", "Policy loads that failed (failed closed).",
           m.reload_failures);

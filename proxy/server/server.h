@@ -70,7 +70,8 @@ class Server {
   Result<void> start();
   // SIGTERM: stop accepting, let open work finish (bounded), then stop the loop.
   void begin_drain();
-  // SIGHUP or a file change: re-read the policy and re-judge connections.
+  // SIGHUP or a file change: re-read the stamp key and the policy, and
+  // re-judge connections. A key that cannot be read keeps the old one.
   void reload(const char* why);
 
   // For connections.
@@ -124,6 +125,10 @@ class Server {
   static void on_drain_timer(uv_timer_t* h);
 
   Result<void> load_policy_initial();
+  // Why `p` cannot be enforced with this proxy's flags ("" when it can):
+  // attribution = "require" without --stamp-key.
+  std::string attribution_problem(const policy::Policy& p) const;
+  void reload_stamp_key(const char* why);
   void install_policy(std::shared_ptr<const policy::Policy> p, bool initial);
   void arm_policy_timer();
   void rejudge_all();
@@ -148,6 +153,7 @@ class Server {
   std::unique_ptr<Admin> admin_;
   Metrics metrics_;
   std::string stamp_key_;
+  std::string stamp_key_error_;  // the last key reload error reported (said once)
   stamp::ReplayGuard replay_;
   WouldBlockLimiter would_block_;
   std::unordered_map<std::string, std::string> resolve_;

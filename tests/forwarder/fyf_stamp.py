@@ -28,15 +28,49 @@ class StampError(ValueError):
     pass
 
 
+def ntop(a):
+    """An address as glibc's inet_ntop(3) writes it, the one spelling of `src`.
+
+    IPv4: the dotted quad. IPv6: RFC 5952 section 4 (lower-case hex without
+    leading zeros; the longest run of two or more zero groups, the first of
+    equal ones, as "::"), except two embedded-IPv4 forms: when the first six
+    groups are the longest zero run (the seventh group is not zero) it is
+    "::a.b.c.d"; when the first five are and the sixth is ffff (IPv4-mapped),
+    "::ffff:a.b.c.d". Python's str() differs on both (it writes "::102:304",
+    and before 3.13 "::ffff:102:304"), so it is not used for IPv6.
+    """
+    if isinstance(a, ipaddress.IPv4Address):
+        return str(a)
+    packed = a.packed
+    words = [int.from_bytes(packed[i:i + 2], "big") for i in range(0, 16, 2)]
+    base, length, i = -1, 0, 0
+    while i < 8:
+        if words[i]:
+            i += 1
+            continue
+        j = i
+        while j < 8 and words[j] == 0:
+            j += 1
+        if j - i > length:
+            base, length = i, j - i
+        i = j
+    if length < 2:
+        base, length = -1, 0
+    if base == 0 and (length == 6 or (length == 5 and words[5] == 0xffff)):
+        return ("::" if length == 6 else "::ffff:") + str(ipaddress.IPv4Address(packed[12:]))
+    hexes = ["%x" % w for w in words]
+    if base < 0:
+        return ":".join(hexes)
+    return ":".join(hexes[:base]) + "::" + ":".join(hexes[base + length:])
+
+
 def canonical_ip(s):
+    """True for an IP literal spelled exactly as ntop() writes it."""
     try:
-        a = ipaddress.ip_address(s)
+        a = ipaddress.IPv6Address(s) if ":" in s else ipaddress.IPv4Address(s)
     except ValueError:
         return False
-    if isinstance(a, ipaddress.IPv6Address) and a.ipv4_mapped is not None:
-        # inet_ntop writes a mapped address as ::ffff:a.b.c.d.
-        return s == "::ffff:" + str(a.ipv4_mapped)
-    return str(a) == s
+    return ntop(a) == s
 
 
 def mac(key, signed):
@@ -76,18 +110,27 @@ def verify(value, key):
 
 
 class ReplayGuard:
-    """Each (boot, seq) is accepted once; sequences more than WINDOW below the
-    highest seen for a boot are refused (as core/stamp.h's ReplayGuard)."""
+    """Each (boot, seq) is accepted once; sequences WINDOW or more below the
+    highest seen for a boot are refused; at most MAX_BOOTS boots are kept, and
+    a new one makes the least recently presented (accepted or not) forgotten
+    (as docs/stamp.md step 5 and core/stamp.h's ReplayGuard)."""
 
     WINDOW = 1 << 16
+    MAX_BOOTS = 64
 
     def __init__(self):
-        self.seen = {}
+        self.seen = {}  # boot -> [high, set of seqs]; least recently used first
 
     def accept(self, boot, seq):
-        high, s = self.seen.setdefault(boot, [0, set()])
+        entry = self.seen.pop(boot, None)
+        if entry is None:
+            if len(self.seen) >= self.MAX_BOOTS:
+                del self.seen[next(iter(self.seen))]
+            entry = [0, set()]
+        self.seen[boot] = entry  # now the most recently used
+        high, s = entry
         if seq > high:
-            self.seen[boot][0] = seq
+            entry[0] = seq
             s.add(seq)
             s.difference_update({x for x in s if x + self.WINDOW <= seq})
             return True

@@ -423,13 +423,14 @@ class Topology:
                 extra += "\n[limits]\nworkers = %d\n" % workers
         return "\n".join(lines) + "\n" + extra
 
-    def start_forwarder(self, config_text, name="forwarder", wait=True, args=(), exe=None):
+    def start_forwarder(self, config_text, name="forwarder", wait=True, args=(), exe=None,
+                        env=None):
         """Starts fy-forwarder (`exe`, default: the build directory's) in the VM namespace."""
         exe = exe or os.path.join(build_dir(), "forwarder", "fy-forwarder")
         cfg = self.path(name + ".toml")
         with open(cfg, "w") as f:
             f.write(config_text)
-        proc = self.start(self.vm, [exe, "--config", cfg] + list(args), name)
+        proc = self.start(self.vm, [exe, "--config", cfg] + list(args), name, env=env)
         self.forwarder_cfg = cfg
         if wait:
             self.wait_status(proc, lambda s: s.startswith("ok "), timeout=10)

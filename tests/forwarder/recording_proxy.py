@@ -15,7 +15,10 @@ It does what the tests need the proxy role to do, and records it:
     http://half-close.test/<ms> answers (Connection: close) and half-closes at
     once, reads nothing for <ms>, then reads what the client still sends,
     slowly (64 KiB every 10 ms), and records it as a second row
-    {"upload_of": target, "upload_bytes": n, "upload_end": "eof"|"reset"}.
+    {"upload_of": target, "upload_bytes": n, "upload_end": "eof"|"reset"};
+    http://reset-after.test/<ms> answers and half-closes the same way, reads
+    nothing for <ms>, then resets the connection (SO_LINGER {1,0}) and records
+    {"reset_of": target}.
 One JSON line per connection goes to --log (flushed at once). With
 --cpp-verifier (fyf-stamp-tool), every stamp is also judged by the C++
 verify() and ReplayGuard of core/stamp.h, recorded as "cpp_status"; the two
@@ -29,6 +32,7 @@ import argparse
 import json
 import os
 import socket
+import struct
 import sys
 import threading
 import time
@@ -178,6 +182,16 @@ def handle(conn, peer, key, logf, conn_no):
                 end = repr(e)
             write_row(logf, {"conn": conn_no, "upload_of": target, "upload_bytes": got,
                              "upload_end": end})
+            return
+        if host == "reset-after.test":
+            write_row(logf, row)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\nConnection: close\r\n\r\n"
+                         b"reset-after")
+            conn.shutdown(socket.SHUT_WR)
+            time.sleep(int(path.strip("/") or "0") / 1000.0)
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            conn.close()
+            write_row(logf, {"conn": conn_no, "reset_of": target})
             return
         if host == "client-first.test":
             write_row(logf, row)

@@ -6,24 +6,44 @@
 //   fyf-stamp-tool serve <key hex>   one stamp value per stdin line; answers each
 //       with "valid <json>", "replayed <json>" or "invalid <why>": verify() and
 //       one ReplayGuard, as a proxy uses them (the recording proxy's verifier)
+//   fyf-stamp-tool guard   "<boot> <seq>" per stdin line; answers each with
+//       "accept" or "refuse" from one ReplayGuard (no key, no verify)
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <string>
 
 #include "core/crypto.h"
 #include "core/json.h"
 #include "core/stamp.h"
+#include "core/text.h"
 
 int main(int argc, char** argv) {
   if (argc < 2 || std::string(argv[1]) == "--help") {
     puts(
         "usage: fyf-stamp-tool verify <key hex> <value>\n"
         "       fyf-stamp-tool format <key hex> <src> <net> <who|-> <seq> <boot>\n"
-        "       fyf-stamp-tool serve <key hex>");
+        "       fyf-stamp-tool serve <key hex>\n"
+        "       fyf-stamp-tool guard");
     return argc < 2 ? 2 : 0;
   }
   std::string cmd = argv[1];
+  if (cmd == "guard" && argc == 2) {
+    fy::stamp::ReplayGuard guard;
+    std::string line;
+    while (std::getline(std::cin, line)) {
+      size_t sp = line.find(' ');
+      auto seq = sp == std::string::npos ? std::nullopt : fy::parse_u64(line.substr(sp + 1));
+      if (!seq) {
+        fprintf(stderr, "expected \"<boot> <seq>\", got: %s\n", line.c_str());
+        return 2;
+      }
+      std::cout << (guard.accept(line.substr(0, sp), *seq) ? "accept\n" : "refuse\n");
+    }
+    std::cout.flush();
+    return 0;
+  }
   auto key = argc > 2 ? fy::unhex(argv[2]) : std::nullopt;
   if (!key || key->size() != 32) {
     fprintf(stderr, "the key must be 64 hex characters\n");

@@ -20,9 +20,11 @@ stand-in covered by an empty directory) it would not, and the probe and the hook
 say so.
 """
 
+import ctypes
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -154,6 +156,157 @@ class FailClosed(unittest.TestCase):
             self.assertEqual(r.get("error"), "ECONNREFUSED", r)
             fwd = rig.start_forwarder(name="clean")
             self.assertNotIn("without a clean shutdown", fwd.log())
+
+            # One forwarder per state_dir (an flock): a second is refused,
+            # naming the first...
+            t = rig.topo
+            second = t.start_forwarder(t.forwarder_config(rig.key_file), name="second", wait=False)
+            self.assertEqual(second.p.wait(timeout=10), 3)
+            self.assertIn("another fy-forwarder (pid %d) is running with state_dir" % fwd.pid,
+                          second.log())
+            self.assertTrue(t.control("status").startswith("ok "))
+            # ...while a pid file naming some other live process that happens
+            # to be called fy-forwarder (a reused pid: the probe, the hook) does
+            # not stop a start after a crash.
+            self.assertEqual(fwd.stop(), 0)
+            impostor_exe = t.path("fy-forwarder")
+            os.symlink(shutil.which("sleep"), impostor_exe)
+            impostor = subprocess.Popen([impostor_exe, "60"])
+            try:
+                def comm():
+                    with open("/proc/%d/comm" % impostor.pid) as f:
+                        return f.read().strip()
+                deadline = time.monotonic() + 5
+                while comm() != "fy-forwarder" and time.monotonic() < deadline:
+                    time.sleep(0.01)  # until the exec
+                self.assertEqual(comm(), "fy-forwarder")
+                with open(os.path.join(t.path("state"), "pid"), "w") as f:
+                    f.write("%d\n" % impostor.pid)
+                fwd = rig.start_forwarder(name="after-impostor")
+                self.assertIn("stopped without a clean shutdown", fwd.log())
+                res = rig.client(0, get("http://%s/after-impostor" % ORIGIN))[0]
+                self.assertEqual(res["status"], 200, res)
+            finally:
+                impostor.kill()
+                impostor.wait()
+
+    def test_the_control_socket_survives_what_any_vm_user_can_send(self):
+        # The socket is 0666. A line, then more bytes and a hang-up while the
+        # answer is in flight, used to close the pipe twice (libuv aborts).
+        # A peer that sends nothing is closed after 2 s instead of holding a
+        # descriptor; an overlong line is closed; an unknown command is named.
+        with Rig("fcctl", containers=(("podman1", 1),)) as rig:
+            t = rig.topo
+            sock = os.path.join(t.path("state"), "control.sock")
+
+            def send(data, shut=True):
+                s = socket.socket(socket.AF_UNIX)
+                s.settimeout(5)
+                s.connect(sock)
+                s.sendall(data)
+                if shut:
+                    s.shutdown(socket.SHUT_WR)
+                out = b""
+                try:
+                    while chunk := s.recv(65536):
+                        out += chunk
+                except (ConnectionResetError, BrokenPipeError):
+                    pass
+                s.close()
+                return out
+
+            for extra in (505, 512, 4096, 65536):
+                for cmd in (b"status\n", b"stats\n", b"ready\n"):
+                    out = send(cmd + b"\0" * extra)
+                    self.assertTrue(out.endswith(b"\n"), (cmd, extra, out[:200]))
+            self.assertEqual(send(b"x" * 300), b"")  # no line, too long: closed
+            self.assertTrue(send(b"frobnicate\n").startswith(b"error unknown command"))
+            idle = socket.socket(socket.AF_UNIX)
+            idle.settimeout(10)
+            idle.connect(sock)
+            t0 = time.monotonic()
+            self.assertEqual(idle.recv(1), b"")
+            waited = time.monotonic() - t0
+            idle.close()
+            self.assertGreater(waited, 1.5)
+            self.assertLess(waited, 6)
+            self.assertTrue(rig.fwd.alive(), rig.fwd.log()[-2000:])
+            self.assertTrue(t.control("status").startswith("ok "))
+            r = rig.client(0, get("http://%s/after-control" % ORIGIN))[0]
+            self.assertEqual(r.get("status"), 200, r)
+
+    def test_a_wedged_worker_fails_the_probe_and_the_watchdog(self):
+        # Worker 1's thread alone is stopped (ptrace stops one thread; the main
+        # loop, which answers the probe, runs on). Its share of new
+        # connections would wait in its backlog: the status line must fail
+        # within the stall bound, and say ok again once it runs.
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+        PTRACE_SEIZE, PTRACE_INTERRUPT, PTRACE_DETACH = 0x4206, 0x4207, 17
+        with Rig("fcwdg", containers=(("podman1", 1),), forwarder=False) as rig:
+            t = rig.topo
+            # systemd's side of the watchdog: a datagram socket for sd_notify.
+            notify_path = t.path("notify.sock")
+            notes = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            notes.bind(notify_path)
+            notes.setblocking(False)
+
+            def pings():
+                n = 0
+                while True:
+                    try:
+                        n += notes.recv(4096).count(b"WATCHDOG=1")
+                    except BlockingIOError:
+                        return n
+            rig.fwd = t.start_forwarder(
+                t.forwarder_config(rig.key_file, workers=2), name="wdg",
+                env={"NOTIFY_SOCKET": notify_path, "WATCHDOG_USEC": "1000000"})  # ping each 0.5 s
+            pid = rig.fwd.pid
+            time.sleep(1.2)
+            self.assertGreaterEqual(pings(), 1, "no watchdog pings while healthy")
+            sock = os.path.join(t.path("state"), "control.sock")
+            tids = {}
+            for tid in os.listdir("/proc/%d/task" % pid):
+                with open("/proc/%d/task/%s/comm" % (pid, tid)) as f:
+                    tids[f.read().strip()] = int(tid)
+            self.assertIn("fy-fwd-w1", tids, tids)
+            self.assertEqual(probe(sock).returncode, 0)
+            tid = tids["fy-fwd-w1"]
+            self.assertEqual(libc.ptrace(PTRACE_SEIZE, tid, None, None), 0, ctypes.get_errno())
+            try:
+                self.assertEqual(libc.ptrace(PTRACE_INTERRUPT, tid, None, None), 0)
+                os.waitpid(tid, 0x40000000)  # __WALL: the thread is stopped
+                t0 = time.monotonic()
+                status = ""
+                while time.monotonic() - t0 < 10:
+                    status = t.control("status")
+                    if status.startswith("fail "):
+                        break
+                    time.sleep(0.2)
+                waited = time.monotonic() - t0
+                self.assertTrue(status.startswith("fail worker 1 has not turned its loop for "),
+                                status)
+                self.assertIn("(its connections stall)", status)
+                self.assertGreater(waited, 3.5)
+                p = probe(sock)
+                self.assertEqual(p.returncode, 1, p.stdout)
+                pings()
+                time.sleep(1.5)
+                self.assertEqual(pings(), 0, "the watchdog was pinged with a worker wedged")
+                self.assertIn("withholding the watchdog ping", rig.fwd.log())
+            finally:
+                libc.ptrace(PTRACE_DETACH, tid, None, None)
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and not t.control("status").startswith("ok "):
+                time.sleep(0.1)
+            self.assertTrue(t.control("status").startswith("ok "))
+            pings()
+            time.sleep(1.2)
+            self.assertGreaterEqual(pings(), 1, "no watchdog pings once it runs again")
+            notes.close()
+            for _ in range(6):  # whichever worker each lands on
+                res = rig.client(0, get("http://%s/after-wedge" % ORIGIN))[0]
+                self.assertEqual(res["status"], 200, res)
 
     def test_example_config_and_hook_json_are_valid(self):
         example = os.path.join(source_dir(), "forwarder", "exe", "forwarder.example.toml")

@@ -163,11 +163,14 @@ class Limits(unittest.TestCase):
             self.assertTrue(wait_for(lambda: "Too many open files" in fwd.log()), fwd.log())
             got = h.try_extra()
             for g in got:
-                self.assertIn(g, ("reset", "data:HTTP/1.1 502 Bad Gateway", "timeout"), got)
+                self.assertIn(g, ("reset", "data:HTTP/1.1 503 Service Unavailable", "timeout"), got)
             self.assertIn("Too many open files", fwd.log())
             self.assertIn("Raise LimitNOFILE", fwd.log())
-            if "data:HTTP/1.1 502 Bad Gateway" in got:
-                self.assertIn("cannot make a socket: Too many open files", fwd.log())
+            if "data:HTTP/1.1 503 Service Unavailable" in got:
+                # Only its upstream socket was missing: the forwarder's own
+                # shortage, said as such (not "cannot reach the proxy").
+                self.assertIn("cannot make a socket: Too many open files: the forwarder itself "
+                              "is short of resources", fwd.log())
             # Still out of descriptors: no worker spins on a failing accept.
             cpu0 = cpu_seconds(pid)
             time.sleep(1.0)
@@ -177,6 +180,9 @@ class Limits(unittest.TestCase):
             self.assertTrue(wait_for(lambda: t.stats()["active"] == 0), t.stats())
             s = t.stats()
             self.assertGreaterEqual(s["accept_errors"], 1, s)
+            self.assertEqual(s["upstream_failed"], 0, s)
+            if "data:HTTP/1.1 503 Service Unavailable" in got:
+                self.assertGreaterEqual(s["local_failed"], 1, s)
             self.assertGreaterEqual(s["accepted"], room - 8, s)
             # (A client that gave up while waiting in the backlog had sent its
             # whole request; accepted now, it reads as a request and a

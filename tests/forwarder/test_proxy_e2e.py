@@ -35,6 +35,8 @@ from fyf_topology import (GATEWAY, ORIGIN, PROXY_PORT, VM_LISTEN, Topology,  # n
 from fytest import TestCA  # noqa: E402
 
 POD = "5a5a5a5a5a5a5a5a" * 4
+with open("/proc/sys/kernel/random/boot_id") as _f:
+    BOOT_ID = _f.read().strip()
 FYTEST = os.path.join(HERE, "..", "lib", "fytest.py")
 
 
@@ -124,7 +126,7 @@ class ProxyEndToEnd(unittest.TestCase):
             row = self.row(path)
             self.assertEqual(row["src"], self.container_addr(i), row)
             self.assertEqual(row["net"], net, row)
-            self.assertEqual(row["boot"], open("/proc/sys/kernel/random/boot_id").read().strip())
+            self.assertEqual(row["boot"], BOOT_ID)
             self.assertNotIn("unattributed", row)
             seen_seq.append(row["seq"])
         self.assertEqual(seen_seq, sorted(seen_seq))
@@ -195,6 +197,67 @@ class ProxyEndToEnd(unittest.TestCase):
         self.client(0, get(f"http://{ORIGIN}/forged", [f"Fy-Stamp: {forged}"]), ns=self.topo.vm)
         self.assertTrue(self.row("/forged").get("unattributed"))
         self.assertNotIn("src", self.row("/forged"))
+
+    def rows_where(self, pred, timeout=5.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            rows = [r for r in read_rows(self.netlog) if pred(r)]
+            if rows:
+                return rows
+            time.sleep(0.02)
+        raise AssertionError(f"no such Network Log row: {read_rows(self.netlog)[-5:]}")
+
+    def test_a_stamp_field_in_a_chunked_trailer_never_reaches_the_origin(self):
+        # The forwarder strips stamps from the head; a trailer travels with the
+        # body bytes. fy-proxy refuses a stamp field there (it cannot strip it
+        # before the bytes go on). A harmless trailer goes through, which shows
+        # the origin records trailers at all.
+        def chunked(path, trailer):
+            return (f"POST http://{ORIGIN}{path} HTTP/1.1\r\nHost: {ORIGIN}\r\n"
+                    "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+                    f"5\r\nhello\r\n0\r\n{trailer}\r\n\r\n").encode()
+        ok = self.client(0, chunked("/trailer-plain", "X-Checksum: 1"), until="eof")
+        self.assertEqual(ok["status"], 200, ok)
+        recs = [r for r in read_rows(self.origin_log) if r["path"] == "/trailer-plain"]
+        self.assertEqual(recs[-1]["trailers"], [["X-Checksum", "1"]])
+        for name in ("Fy-Stamp", "fY-sTaMp"):
+            path = "/trailer-" + name
+            res = self.client(1, chunked(path, f"{name}: v=1;src=10.0.0.99;net=evil"), until="eof")
+            self.assertEqual(res["status"], 400, res)
+            self.assertIn("trailer section carries a " + name, res["response"])
+            row = self.row(path)
+            self.assertEqual(row["status"], 400)
+            self.assertEqual(row["src"], self.container_addr(1), row)
+        for rec in read_rows(self.origin_log):
+            self.assertNotIn("fy-stamp", [k.lower() for k, _ in rec.get("trailers", [])], rec)
+
+    def test_a_first_head_the_proxy_refuses_still_names_who_asked(self):
+        # Canonical for the forwarder (which stamps it), refused by fy-proxy:
+        # two Host headers (its framing check, after llhttp parsed the head),
+        # two Content-Lengths and a method llhttp does not know (the head
+        # cannot be parsed at all). The refusal's row carries the stamp all the
+        # same.
+        cases = [
+            (0, get(f"http://{ORIGIN}/two-host", [f"Host: {ORIGIN}"]), "more than one Host header"),
+            (1, (f"POST http://{ORIGIN}/two-cl HTTP/1.1\r\nHost: {ORIGIN}\r\nContent-Length: 1\r\n"
+                 "Content-Length: 1\r\n\r\nx").encode(), "Duplicate Content-Length"),
+            (2, get(f"http://{ORIGIN}/frob", method="FROB"), "the request line is not HTTP/1"),
+        ]
+        for i, data, why in cases:
+            res = self.client(i, data, until="eof")
+            self.assertEqual(res["status"], 400, res)
+            row = self.rows_where(lambda r, why=why: why in r.get("error", ""))[-1]
+            self.assertEqual(row["status"], 400, row)
+            self.assertEqual(row["src"], self.container_addr(i), row)
+            self.assertEqual(row["boot"], BOOT_ID)
+            self.assertNotIn("unattributed", row)
+
+    def test_an_http_1_0_first_head_is_attributed(self):
+        res = self.client(0, (f"GET http://{ORIGIN}/one-oh HTTP/1.0\r\nHost: {ORIGIN}\r\n\r\n").encode(),
+                          until="eof")
+        self.assertEqual(res["status"], 200, res)
+        row = self.row("/one-oh")
+        self.assertEqual(row["src"], self.container_addr(0), row)
 
     def test_the_vm_listener_attributes_by_cgroup(self):
         res = self.client(0, get(f"http://{ORIGIN}/vm-pod"), ns=self.topo.vm,

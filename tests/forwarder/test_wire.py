@@ -235,6 +235,36 @@ class Wire(unittest.TestCase):
                          "SIOCOUTQ was 0 already: this did not test the wait")
         self.assertEqual(after["rst_forced"] - before["rst_forced"], 0)
 
+    def test_a_proxy_reset_during_the_rst_wait_ends_it_at_once(self):
+        # As above, but the proxy resets instead of reading on: SIOCOUTQ stays
+        # where it was (nothing more is acknowledged), so waiting for 0 would
+        # last rst_wait_ms and end in a "forced" RST the proxy never needed.
+        self.restart_forwarder()
+        before = RIG.topo.stats()
+        target = "http://reset-after.test/1000"
+        # More than the proxy's receive window takes, less than the
+        # forwarder's send buffer holds: the client is done long before the
+        # reset, with bytes still unacknowledged upstream.
+        res = RIG.client(0, get(target), until="eof", timeout=30,
+                         pre=["--upload-after-eof", "400000"])[0]
+        self.assertEqual(res.get("status"), 200, res)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not any(
+                r.get("reset_of") == target for r in RIG.proxy_rows()):
+            time.sleep(0.02)
+        reset_at = time.monotonic()
+        while time.monotonic() < deadline and RIG.topo.stats()["active"] > 0:
+            time.sleep(0.02)
+        closed_in = time.monotonic() - reset_at
+        after = RIG.topo.stats()
+        self.assertEqual(after["rst_waited"] - before["rst_waited"], 1,
+                         "SIOCOUTQ was 0 already: this did not test the wait")
+        self.assertEqual(after["rst_by_upstream"] - before["rst_by_upstream"], 1, after)
+        self.assertEqual(after["rst_forced"] - before["rst_forced"], 0, after)
+        self.assertEqual(after["active"], 0, after)
+        self.assertLess(closed_in, 2.0)
+        self.assertNotIn("reset anyway", RIG.fwd.log())
+
     def test_client_half_closes_straight_after_its_request(self):
         # printf ... | nc -N: the head and the client's FIN arrive together (the
         # forwarder is stopped until both wait in the accepted socket, so its
@@ -335,6 +365,63 @@ class Wire(unittest.TestCase):
         second = min(p["t"] for p in cap.packets() if p["sport"] == ports[1])
         self.assertAlmostEqual(second - first_syns[0], 2.0, delta=0.3)
         self.assertEqual(RIG.topo.stats()["redials"] - before["redials"], 1)
+
+    RESET_CLIENT = """
+import socket, struct, sys, time
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])))
+s.sendall(sys.argv[3].encode())
+if sys.argv[5] == "shut":
+    s.shutdown(socket.SHUT_WR)
+time.sleep(float(sys.argv[4]))
+s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+s.close()
+"""
+
+    def reset_client(self, target, after_s, shut=False):
+        """A client that sends a head (and half-closes), waits, then resets."""
+        return RIG.topo.run_in_container(
+            0, ["python3", "-c", self.RESET_CLIENT, GATEWAY, str(PROXY_PORT),
+                get(target).decode(), str(after_s), "shut" if shut else "-"],
+            timeout=30, check=True)
+
+    def test_a_client_that_resets_after_finishing_first_is_not_held(self):
+        # The client sends its request and half-closes (its FIN goes
+        # upstream), then resets while the proxy is still silent. Nothing is
+        # read from a client that is done sending, so only its error event
+        # tells: both sides go at once, not when the proxy next speaks.
+        self.restart_forwarder()
+        before = RIG.topo.stats()
+        target = "http://close-after.test/6000"
+        t0 = time.monotonic()
+        self.reset_client(target, 0.5, shut=True)
+        while time.monotonic() - t0 < 10 and RIG.topo.stats()["active"] > 0:
+            time.sleep(0.02)
+        self.assertLess(time.monotonic() - t0, 3.0, "held until the proxy spoke")
+        after = RIG.topo.stats()
+        self.assertEqual(after["aborted"] - before["aborted"], 1, after)
+        self.assertEqual(after["active"], 0, after)
+
+    def test_a_client_that_resets_while_the_proxy_is_dialled_sends_nothing(self):
+        # The proxy does not answer the SYN; the client gives up (an RST) before
+        # the re-dial, and the proxy answers again just after. The head must
+        # not go on alone: a client's retry would run the request twice.
+        self.restart_forwarder()
+        before = RIG.topo.stats()
+        target = "http://%s/gone-while-dialling" % ORIGIN
+        self.drop_syns()
+        timer = threading.Timer(1.0, self.allow_syns)
+        try:
+            timer.start()
+            self.reset_client(target, 0.5)
+            time.sleep(2.5)  # past the first re-dial, at 2 s
+        finally:
+            timer.cancel()
+            self.allow_syns()
+        after = RIG.topo.stats()
+        self.assertEqual(after["client_gone"] - before["client_gone"], 1, after)
+        self.assertEqual(after["redials"] - before["redials"], 0, after)
+        self.assertEqual(after["active"], 0, after)
+        self.assertFalse([r for r in RIG.proxy_rows() if r.get("target") == target])
 
     def test_refused_connect_is_not_redialled(self):
         # Nothing listens on the proxy's port for a moment: the RST comes back

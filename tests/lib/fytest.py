@@ -164,6 +164,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 "path": self.path,
                 "version": self.request_version,
                 "headers": list(self.headers.items()),
+                "trailers": getattr(self, "trailers", []),
                 "body": body,
                 "client": self.client_address,
             }
@@ -176,8 +177,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 line = self.rfile.readline()
                 size = int(line.split(b";")[0].strip(), 16)
                 if size == 0:
-                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                        pass
+                    self.trailers = []
+                    while (line := self.rfile.readline()) not in (b"\r\n", b"\n", b""):
+                        name, _, value = line.decode("latin-1").partition(":")
+                        self.trailers.append([name, value.strip()])
                     return out
                 out += self.rfile.read(size)
                 self.rfile.readline()
@@ -694,7 +697,8 @@ def _main():
         def record(req, _o=o):
             with lock, open(a.log, "a") as f:
                 f.write(json.dumps({"method": req["method"], "path": req["path"],
-                                    "headers": req["headers"]}) + "\n")
+                                    "headers": req["headers"],
+                                    "trailers": req["trailers"]}) + "\n")
         o.record = record
     print(f"listening {a.host}:{o.port}", flush=True)
     o.server.serve_forever()

@@ -9,6 +9,7 @@ import hashlib
 import hmac
 import json
 import os
+import signal
 import socket
 import ssl
 import tempfile
@@ -53,13 +54,29 @@ class Stamps(unittest.TestCase):
         type(self).seq += 1
         return self.seq
 
-    def proxy(self, extra_policy=""):
+    def proxy(self, extra_policy="", key_file=None, stamp_key=True):
         t, o = self.tls.port, self.plain.port
         policy = (f'mode = "enforce"\nallow = ["plain.test:{o}", "secure.test:{t}", "pt.test:{t}"]\n'
                   f'passthrough = ["pt.test"]\nbuild_allow = ["build.test:{o}"]\n' + extra_policy)
+        args = ["--stamp-key", key_file or self.key_file] if stamp_key else []
         return Proxy(policy, resolve=[("plain.test", "127.0.0.1"), ("secure.test", "127.0.0.1"),
                                       ("pt.test", "127.0.0.1"), ("build.test", "127.0.0.1")],
-                     upstream_ca=self.ca.cert_path, args=["--stamp-key", self.key_file])
+                     upstream_ca=self.ca.cert_path, args=args)
+
+    def write_key(self, path, text, mode=0o600):
+        """Replaces a key file the way a rotation does: a new file renamed over."""
+        tmp = path + ".new"
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+
+    def hup(self, p):
+        """SIGHUP, and waits until the proxy has reloaded (the policy is unchanged)."""
+        before = p.metric("fy_policy_reloads_total") + p.metric("fy_policy_reload_failures_total")
+        p.proc.send_signal(signal.SIGHUP)
+        wait_until(lambda: p.metric("fy_policy_reloads_total") + p.metric("fy_policy_reload_failures_total")
+                   > before, what="the reload")
 
     def get(self, p, path, headers=(), host=None):
         host = host or f"plain.test:{self.plain.port}"
@@ -195,6 +212,91 @@ class Stamps(unittest.TestCase):
             s.settimeout(5)
             self.assertEqual(s.recv(100), b"")
             s.close()
+
+    def test_a_rotated_key_is_read_again_on_sighup(self):
+        key_file = os.path.join(self.tmp, "rotated.key")
+        self.write_key(key_file, KEY.hex() + "\n")
+        new = bytes(range(100, 132))
+        with self.proxy(key_file=key_file) as p:
+            host = f"plain.test:{self.plain.port}"
+            # A connection bound under the old key, kept open across the rotation.
+            bound_seq = self.next_seq()
+            s = socket.create_connection(("127.0.0.1", p.port), timeout=5)
+            s.sendall(f"GET http://{host}/bound HTTP/1.1\r\nHost: {host}\r\n"
+                      f"Fy-Stamp: {stamp(seq=bound_seq, src='10.89.4.4')}\r\n\r\n".encode())
+            data = b""
+            while not data.endswith(b"}"):
+                data += s.recv(65536)
+            self.write_key(key_file, new.hex() + "\n")
+            self.hup(p)
+            seq = self.next_seq()
+            self.assertEqual(http_status(self.get(p, "/new-key", [("Fy-Stamp", stamp(seq=seq, key=new))])), 200)
+            row = self.row(p, "/new-key")
+            self.assertEqual((row.get("src"), row.get("seq")), ("10.89.1.2", seq))
+            self.assertEqual(http_status(self.get(p, "/old-key", [("Fy-Stamp", stamp(seq=self.next_seq()))])), 200)
+            self.assertTrue(self.row(p, "/old-key").get("unattributed"))
+            self.assertIn(f"stamp key reloaded from {key_file} (SIGHUP)", p.stderr())
+            self.assertEqual(p.metric("fy_stamp_key_reloads_total"), 1)
+            # The connection bound before keeps its attribution.
+            s.sendall(f"GET http://{host}/still-bound HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+            while s.recv(65536):
+                pass
+            s.close()
+            row = self.row(p, "/still-bound")
+            self.assertEqual((row["src"], row["seq"]), ("10.89.4.4", bound_seq))
+
+            # A broken key file, then one others can read: each reload keeps
+            # the key in use, says why and what to do, and is counted.
+            for text, mode, reason in ((KEY.hex()[:40], 0o600, "does not hold a key"),
+                                       (KEY.hex(), 0o644, f"chmod 600 {key_file}")):
+                self.write_key(key_file, text, mode)
+                self.hup(p)
+                err = p.stderr()
+                self.assertIn("stamp key not reloaded (SIGHUP), the old key stays in use", err)
+                self.assertIn(reason, err)
+                seq = self.next_seq()
+                path = f"/kept-{mode:o}"
+                self.assertEqual(http_status(self.get(p, path, [("Fy-Stamp", stamp(seq=seq, key=new))])), 200)
+                self.assertEqual(self.row(p, path)["seq"], seq)
+            self.assertEqual(p.metric("fy_stamp_key_reload_failures_total"), 2)
+            self.assertEqual(p.metric("fy_stamp_key_reloads_total"), 1)
+            self.assertEqual(p.metric("fy_policy_failed_closed"), 0)  # the policy is not at fault
+            # Fixed: the file's key is the one in use again.
+            self.write_key(key_file, KEY.hex() + "\n")
+            self.hup(p)
+            self.assertIn(f"stamp key {key_file} is usable again", p.stderr())
+            seq = self.next_seq()
+            self.assertEqual(http_status(self.get(p, "/fixed", [("Fy-Stamp", stamp(seq=seq))])), 200)
+            self.assertEqual(self.row(p, "/fixed")["seq"], seq)
+
+    def test_attribution_require_without_a_key_refuses_to_start(self):
+        p = self.proxy('attribution = "require"\n', stamp_key=False)
+        p.start(expect_ready=False)
+        try:
+            self.assertEqual(p.proc.wait(timeout=10), 1)
+        finally:
+            p.stop()
+        err = p.stderr()
+        self.assertIn(f'policy {p.policy_path} sets attribution = "require"', err)
+        self.assertIn("without --stamp-key", err)
+        self.assertIn("refusing to start", err)
+
+    def test_a_reload_to_attribution_require_without_a_key_fails_closed(self):
+        with self.proxy(stamp_key=False) as p:
+            self.assertEqual(http_status(self.get(p, "/before")), 200)
+            with open(p.policy_path) as f:
+                policy = f.read()
+            p.reload(policy + 'attribution = "require"\n')
+            err = p.stderr()
+            self.assertIn(f"policy {p.policy_path} is unusable", err)
+            self.assertIn('sets attribution = "require", but fy-proxy was started without --stamp-key', err)
+            self.assertEqual(p.metric("fy_policy_reload_failures_total"), 1)
+            self.assertEqual(p.metric("fy_policy_failed_closed"), 1)
+            self.assertIn("FAILED CLOSED", p.admin("/healthz"))
+            self.assertEqual(http_status(self.get(p, "/closed")), 403)  # nothing granted
+            p.reload(policy)
+            self.assertEqual(p.metric("fy_policy_failed_closed"), 0)
+            self.assertEqual(http_status(self.get(p, "/again")), 200)
 
     def test_a_key_file_others_can_read_is_refused_at_start(self):
         bad = os.path.join(self.tmp, "open.key")

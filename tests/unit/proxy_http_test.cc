@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "core/text.h"
 #include "proxy/http/parser.h"
 #include "proxy/http/rewrite.h"
 
@@ -147,6 +148,33 @@ TEST_CASE("bodies stop exactly at the end of the message") {
                           &rest);
   REQUIRE(r2.ok);
   CHECK_FALSE(q.parse_body(rest.data(), rest.size(), &err).has_value());
+}
+
+TEST_CASE("a refused trailer field ends the body with a 400, even split across reads") {
+  Limits lim;
+  const std::string head =
+      "POST http://a.test/ HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\n\r\n";
+  auto run = [&](const std::string& body, size_t split, ParseError* err) {
+    Parser p(HTTP_REQUEST, lim);
+    p.refuse_trailer = [](std::string_view n) { return fy::iequals(n, "fy-stamp"); };
+    std::string rest;
+    REQUIRE(parse_request(p, lim, head + body, &rest).ok);
+    auto a = p.parse_body(rest.data(), split, err);
+    if (!a) return false;
+    auto b = p.parse_body(rest.data() + split, rest.size() - split, err);
+    return b.has_value() && p.message_complete();
+  };
+  const std::string stamped = "5\r\nhello\r\n0\r\nX-A: 1\r\nFY-STAMP: v=1\r\n\r\n";
+  for (size_t split : {size_t{1}, size_t{14}, size_t{24}, size_t{27}, stamped.size() - 1}) {
+    ParseError err;
+    CHECK_FALSE(run(stamped, split, &err));
+    CHECK(err.status == 400);
+    CHECK(err.reason.find("trailer section carries a FY-STAMP field") != std::string::npos);
+  }
+  // Other trailers, and a longer name that starts the same, pass.
+  ParseError err;
+  CHECK(run("5\r\nhello\r\n0\r\nX-A: 1\r\nFy-Stamp-Not: 2\r\n\r\n", 20, &err));
+  CHECK(run(std::string("0\r\n") + std::string(200, 'a') + ": 1\r\n\r\n", 7, &err));
 }
 
 TEST_CASE("responses: HEAD, 204 and 304 carry no body; the parser moves on") {
