@@ -92,6 +92,7 @@ Result<Config> parse_config(std::string_view text, const std::string& path) {
     if (auto v = lim->integer("pipe_size", 0, 16 * 1024 * 1024)) c.pipe_size = *v;
     if (auto v = lim->integer("bulk_pipes", 0, 100000)) c.bulk_pipes = *v;
     if (auto v = lim->integer("workers", 0, 64)) c.workers = *v;
+    if (auto v = lim->integer("pump_budget_kib", 0, 1024 * 1024)) c.pump_budget = *v * 1024;
     lim->finish();
   }
 

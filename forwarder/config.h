@@ -95,6 +95,9 @@ struct Config {
   // Event loops of the data path (forwarder/worker.h); 0: one per two CPUs
   // the process may run on, at least 1, at most 8.
   uint32_t workers = 0;
+  // Bytes one wake-up reads from each side of a connection before it yields
+  // to the loop's other work (and resumes on the next turn). 0: no bound.
+  size_t pump_budget = 4 << 20;
 
   BridgeConfig bridge;
   VmConfig vm;

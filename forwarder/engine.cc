@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstddef>
 
 namespace fy::fwd {
 
@@ -21,6 +22,8 @@ bool Engine::start() {
   poll_.data = this;
   uv_timer_init(loop_, &timer_);
   timer_.data = this;
+  uv_idle_init(loop_, &idle_);
+  idle_.data = this;
   uv_poll_start(&poll_, UV_READABLE, &Engine::on_epoll);
   started_ = true;
   return true;
@@ -34,13 +37,45 @@ void Engine::stop(void (*done)(void*), void* arg) {
     return;
   }
   started_ = false;
-  closing_ = 2;
+  again_.clear();
+  closing_ = 3;
   auto cb = [](uv_handle_t* h) {
     auto* self = static_cast<Engine*>(h->data);
     if (--self->closing_ == 0 && self->stop_done_) self->stop_done_(self->stop_arg_);
   };
   uv_close(reinterpret_cast<uv_handle_t*>(&poll_), cb);
   uv_close(reinterpret_cast<uv_handle_t*>(&timer_), cb);
+  uv_close(reinterpret_cast<uv_handle_t*>(&idle_), cb);
+}
+
+void Engine::again(Watcher* w) {
+  if (!started_) return;
+  if (again_.empty()) uv_idle_start(&idle_, &Engine::on_idle);
+  again_.push_back(w);
+}
+
+void Engine::cancel_again(Watcher* w) {
+  for (size_t i = 0; i < again_.size(); ++i) {
+    if (again_[i] == w) {
+      again_.erase(again_.begin() + static_cast<std::ptrdiff_t>(i));
+      break;
+    }
+  }
+  if (again_.empty() && started_) uv_idle_stop(&idle_);
+}
+
+void Engine::on_idle(uv_idle_t* h) {
+  auto* self = static_cast<Engine*>(h->data);
+  std::vector<Watcher*> batch;
+  batch.swap(self->again_);
+  // Nothing is freed before bury(): a watcher in this batch that another
+  // closed meanwhile is still there, and ignores the call (it is closed).
+  for (Watcher* w : batch) w->on_io(0);
+  self->bury();
+  if (self->again_.empty() && self->started_) uv_idle_stop(&self->idle_);
+  self->run_timers();
+  self->bury();
+  self->reschedule();
 }
 
 bool Engine::watch(int fd, uint32_t events, Watcher* w) {

@@ -79,6 +79,13 @@ class Engine {
   void arm(TimerSlot* t, uint64_t ms);
   void disarm(TimerSlot* t);
 
+  // Calls `w->on_io(0)` on a later turn of the loop, without waiting for an
+  // event: for a watcher that stopped before EAGAIN so that others could run
+  // (its readiness is still what it last saw). At most once per call; a
+  // watcher that goes first must cancel_again() itself.
+  void again(Watcher* w);
+  void cancel_again(Watcher* w);
+
   void retire(Retirable* r) { graveyard_.push_back(r); }
   uv_loop_t* loop() const { return loop_; }
   uint64_t now_ms() const { return uv_now(loop_); }
@@ -86,6 +93,7 @@ class Engine {
  private:
   static void on_epoll(uv_poll_t* h, int status, int events);
   static void on_uv_timer(uv_timer_t* t);
+  static void on_idle(uv_idle_t* h);
   void run_batch();
   void run_timers();
   void reschedule();
@@ -95,12 +103,14 @@ class Engine {
   int epfd_ = -1;
   uv_poll_t poll_{};
   uv_timer_t timer_{};
+  uv_idle_t idle_{};  // active while again_ is not empty: the loop polls without blocking
   bool started_ = false;
   int closing_ = 0;
   void (*stop_done_)(void*) = nullptr;
   void* stop_arg_ = nullptr;
   std::multimap<uint64_t, TimerSlot*> timers_;
   std::vector<Retirable*> graveyard_;
+  std::vector<Watcher*> again_;
 };
 
 }  // namespace fy::fwd

@@ -506,6 +506,7 @@ std::string Forwarder::stats_json() const {
       {"bytes_up", &Counters::bytes_up},
       {"bytes_down", &Counters::bytes_down},
       {"bulk_dirs", &Counters::bulk_dirs},
+      {"pump_yields", &Counters::pump_yields},
   };
   std::string j;
   JsonObject o(j);

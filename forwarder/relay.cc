@@ -199,6 +199,7 @@ void Connection::start() {
 }
 
 void Connection::on_io(bool upstream, uint32_t ev) {
+  if (ev == 0) again_pending_ = false;  // Engine::again: pump on
   if (phase_ == Phase::closed) return;
   bool in = ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR);
   bool out = ev & (EPOLLOUT | EPOLLHUP | EPOLLERR);
@@ -606,6 +607,7 @@ void Connection::send_head(bool early) {
 
 bool Connection::move(Dir& d, int src, int dst, bool& src_readable, bool& dst_writable,
                       Count& bytes) {
+  const size_t budget = ctx_->cfg->pump_budget ? ctx_->cfg->pump_budget : SIZE_MAX;
   bool any = false;
   while (!d.done) {
     if (d.pending > 0 && dst_writable) {
@@ -627,7 +629,7 @@ bool Connection::move(Dir& d, int src, int dst, bool& src_readable, bool& dst_wr
         return any;
       }
     }
-    if (!d.eof && src_readable) {
+    if (!d.eof && src_readable && d.read_now < budget) {
       if (d.pipe_r < 0 && !ctx_->pipes->get(&d.pipe_r, &d.pipe_w)) {
         ++ctx_->counters.local_failed;
         if (peer_log_allowed())
@@ -704,6 +706,18 @@ void Connection::pump() {
   sync_out();
   note_bulk(c2u_);
   note_bulk(u2c_);
+  // [limits] pump_budget_kib: one pump() reads at most this much from each
+  // source, then yields to the loop (Engine::again) with its readiness kept.
+  // Otherwise a fast stream holds its worker, and every other connection on
+  // it, for as long as both ends keep up.
+  const size_t budget = ctx_->cfg->pump_budget ? ctx_->cfg->pump_budget : SIZE_MAX;
+  if (!again_pending_ && ((c_readable_ && !c2u_.eof && c2u_.read_now >= budget) ||
+                          (u_readable_ && !u2c_.eof && u2c_.read_now >= budget))) {
+    // Stopped by the budget with bytes still to read: no edge will say so.
+    again_pending_ = true;
+    ++ctx_->counters.pump_yields;
+    ctx_->engine->again(&cside_);
+  }
   bool c_done_now = !c2u_was && c2u_.done;
   bool u_done_now = !u2c_was && u2c_.done;
   if (c_done_now) release_dir(c2u_);
@@ -872,6 +886,7 @@ void Connection::finish(bool reset_client, bool reset_upstream) {
   if (phase_ == Phase::closed) return;
   phase_ = Phase::closed;
   ctx_->engine->disarm(this);
+  if (again_pending_) ctx_->engine->cancel_again(&cside_);
   if (ufd_ >= 0) {
     if (reset_upstream)
       close_reset(ufd_);

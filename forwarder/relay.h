@@ -148,7 +148,8 @@ struct Counters {
   Count half_closed_timeouts;
   Count bytes_up;
   Count bytes_down;
-  Count bulk_dirs;  // relay directions that turned bulk (their pipes grew)
+  Count bulk_dirs;    // relay directions that turned bulk (their pipes grew)
+  Count pump_yields;  // pumps stopped by the per-wake-up budget, resumed next turn
 };
 
 // What every worker shares: atomics read-modify-written from any worker.
@@ -290,6 +291,7 @@ class Connection final : public Retirable, private TimerSlot {
   // "the upstream closed first", which is closed with an RST.
   bool fin_sent_upstream_ = false;
   bool client_shut_ = false;  // the upstream's EOF was passed to the client
+  bool again_pending_ = false;  // pump() yielded; Engine::again will call on_io(0)
   uv_work_t work_{};
   bool work_pending_ = false;
   struct AttribOut;

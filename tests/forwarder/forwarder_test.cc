@@ -278,6 +278,15 @@ attribution = "proc"
   auto too_many = parse_config(std::string(good) + "[limits]\nworkers = 65\n", "w.toml");
   REQUIRE_FALSE(too_many.ok());
   CHECK(too_many.error().message.find("workers") != std::string::npos);
+  CHECK(c->pump_budget == 4 << 20);
+  auto pb = parse_config(std::string(good) + "[limits]\npump_budget_kib = 64\n", "p.toml");
+  REQUIRE(pb.ok());
+  CHECK(pb->pump_budget == 64 * 1024);
+  auto unbounded = parse_config(std::string(good) + "[limits]\npump_budget_kib = 0\n", "p.toml");
+  REQUIRE(unbounded.ok());
+  CHECK(unbounded->pump_budget == 0);
+  REQUIRE_FALSE(
+      parse_config(std::string(good) + "[limits]\npump_budget_kib = -1\n", "p.toml").ok());
 
   auto bad = parse_config("key_file = \"/k\"\n[upstream]\nhost = \"gw\"\nporrt = 1\n", "b.toml");
   REQUIRE_FALSE(bad.ok());

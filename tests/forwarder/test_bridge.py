@@ -187,6 +187,34 @@ class Bridge(unittest.TestCase):
         self.assertTrue(res["ok"], res)
         self.assertEqual(res["bytes"] - res["response"].index("\r\n\r\n") - 4, 24 << 20)
 
+    def test_a_budgeted_pump_yields_and_resumes_intact(self):
+        # [limits] pump_budget_kib: a wake-up reads at most this much from a
+        # side, then lets the loop's other work run and resumes on its next
+        # turn (no edge comes for what is already there). With 64 KiB a 24 MiB
+        # download yields many times, and arrives whole, while other
+        # connections on the same workers are served.
+        RIG.fwd.stop()
+        RIG.start_forwarder(name="budget", extra="[limits]\nbulk_pipes = 1\nworkers = 1\n"
+                            "pump_budget_kib = 64\n")
+        try:
+            before = RIG.topo.stats()
+            out = {}
+            t = threading.Thread(target=lambda: out.update(
+                res=RIG.client(1, get("http://%s/big/%d" % (ORIGIN, 24 << 20)), timeout=60)[0]))
+            t.start()
+            small = [RIG.client(0, get("http://%s/beside-%d" % (ORIGIN, i)))[0] for i in range(5)]
+            t.join(90)
+            res = out["res"]
+            self.assertTrue(res["ok"], res)
+            self.assertEqual(res["bytes"] - res["response"].index("\r\n\r\n") - 4, 24 << 20)
+            self.assertTrue(all(r.get("status") == 200 for r in small), small)
+            after = RIG.topo.stats()
+            self.assertGreater(after["pump_yields"] - before["pump_yields"], 0, after)
+            self.assertEqual(after["active"], 0, after)
+        finally:
+            RIG.fwd.stop()
+            RIG.start_forwarder(name="after-budget", extra="[limits]\nbulk_pipes = 1\nworkers = 3\n")
+
     def test_parallel_downloads_past_the_grown_pipe_cap_are_intact(self):
         # Three downloads whose clients wait before reading: each direction
         # fills its pipe and turns bulk while the others are still open, so

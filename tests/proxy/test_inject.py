@@ -781,6 +781,8 @@ repositories = ["acme/widgets"]
                 self.assertEqual(dict(req["headers"])["Authorization"], f"token {MINTED}")
                 self.assertNotIn("PRIVATE KEY", p.stderr())
                 self.assertNotIn(MINTED, p.stderr())
+                # The row is written after the answer went: wait for it.
+                p.wait_rows(lambda r: r.get("path") == "/check-auth")
                 self.assertNotIn(MINTED, read(p.netlog))
             # A github-app rule is pinned to api.github.com.
             with env.proxy(policy.replace('host = "api.github.com"', 'host = "api.other.test"'),
@@ -915,6 +917,8 @@ build_allow = ["build-only.test"]
                                capture_output=True, timeout=60)
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertEqual(read(os.path.join(dst, "f")), "built\n")
+            # The tunnel's row is written when it closes, after git is done.
+            p.wait_rows(lambda x: x.get("passthrough") and x["host"] == "build-only.test")
             rows = p.rows()
             self.assertTrue(any(x["status"] == 407 for x in rows), rows)
             tunnel = [x for x in rows if x.get("passthrough") and x["host"] == "build-only.test"]
