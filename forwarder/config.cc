@@ -174,6 +174,7 @@ Result<Config> parse_config(std::string_view text, const std::string& path) {
       else
         vm->error("attribution", "is not \"bpf\" or \"proc\"");
     }
+    if (auto v = vm->integer("attribution_timeout_ms", 10, 60000)) c.vm.attribution_timeout_ms = *v;
     if (auto v = vm->string("cgroup_root")) c.vm.cgroup_root = *v;
     vm->finish();
   }

@@ -57,6 +57,9 @@ struct VmConfig {
   std::string listen = "127.42.0.1";
   std::vector<UidRange> walled_uids;
   AttributionMode attribution = AttributionMode::bpf;
+  // A connection not attributed by then gets a 503 (its lookup may still be
+  // queued behind others on the thread pool).
+  uint32_t attribution_timeout_ms = 5000;
   // The cgroup2 mount the BPF recorder attaches to; "auto" finds it in
   // /proc/self/mountinfo.
   std::string cgroup_root = "auto";

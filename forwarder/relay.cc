@@ -29,10 +29,6 @@ constexpr uint32_t kRelayIn = EPOLLIN | EPOLLRDHUP | EPOLLET;
 constexpr size_t kSpliceMax = 1 << 20;
 constexpr uint64_t kRefuseLingerMs = 2000;
 constexpr uint64_t kOutqPollMs = 1;
-// A VM-listener connection whose owner is not known by then gets a 503. The
-// lookup is microseconds with bpf; the /proc walk is ~50 ms at 10,000 sockets,
-// and lookups queue on four pool threads shared by every worker.
-constexpr uint64_t kAttribTimeoutMs = 5000;
 // One pump() reading this much from a source makes its direction bulk.
 constexpr size_t kBulkRead = 64 * 1024;
 
@@ -296,11 +292,11 @@ void Connection::on_timer() {
         log::warn(
             "{} not attributed within {} ms (lookups queued: is [vm] attribution on the "
             "/proc walk? see the attribution= field of the status line)",
-            label(), kAttribTimeoutMs);
+            label(), ctx_->cfg->vm.attribution_timeout_ms);
       refuse(503, "Service Unavailable", "attribution",
              fmt::format("fy-forwarder could not tell within {} ms who made this connection, so "
                          "it does not pass it on. Retry; if it persists, see fy-forwarder's log.\n",
-                         kAttribTimeoutMs));
+                         ctx_->cfg->vm.attribution_timeout_ms));
       return;
     case Phase::rst_wait:
       begin_rst_wait();
@@ -398,7 +394,7 @@ void Connection::on_head(const Head& h) {
     work_.data = this;
     work_pending_ = true;
     uv_queue_work(ctx_->engine->loop(), &work_, &Connection::attrib_work, &Connection::attrib_done);
-    ctx_->engine->arm(this, kAttribTimeoutMs);
+    ctx_->engine->arm(this, ctx_->cfg->vm.attribution_timeout_ms);
     return;
   }
   stamp_line_ =

@@ -269,6 +269,7 @@ attribution = "proc"
   CHECK_FALSE(c->vm.walled(0));
   CHECK_FALSE(c->vm.walled(165536));
   CHECK(c->vm.attribution == AttributionMode::proc);
+  CHECK(c->vm.attribution_timeout_ms == 5000);
   CHECK(c->pipe_size == 1024 * 1024);  // a bulk direction's pipe; pipes start at 64 KiB
   CHECK(c->workers == 0);              // one per two CPUs
 

@@ -388,7 +388,8 @@ class Topology:
 
     def forwarder_config(self, key_file, bridge=True, vm=False, extra="", upstream=GATEWAY,
                          walled=("1000", "100000-165535"), attribution="bpf", stamp_ports=None,
-                         connect_timeout_ms=2000, redials=8, redirect=True, workers=2):
+                         connect_timeout_ms=2000, redials=8, redirect=True, workers=2,
+                         attribution_timeout_ms=None):
         """A fy-forwarder config for this topology (docs/fy-forwarder.md). `redirect`:
         the bridge listener's [bridge] redirect (the forwarder installs the redirect).
         `workers`: [limits] workers, 2 unless `extra` sets it: the tests run the data
@@ -415,7 +416,10 @@ class Topology:
         if vm:
             lines += ["[vm]", 'listen = "%s"' % VM_LISTEN,
                       "walled_uids = [%s]" % ", ".join('"%s"' % w for w in walled),
-                      'attribution = "%s"' % attribution, ""]
+                      'attribution = "%s"' % attribution]
+            if attribution_timeout_ms is not None:
+                lines.append("attribution_timeout_ms = %d" % attribution_timeout_ms)
+            lines.append("")
         if workers and not re.search(r"^workers\s*=", extra, re.M):
             if "[limits]\n" in extra:
                 extra = extra.replace("[limits]\n", "[limits]\nworkers = %d\n" % workers, 1)

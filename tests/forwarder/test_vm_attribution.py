@@ -90,10 +90,10 @@ class VmAttribution(unittest.TestCase):
                 self.assertEqual(row["stamp"]["net"], "host")
                 self.assertEqual(row["stamp"]["src"], src)
 
-    def start(self, mode):
+    def start(self, mode, **kw):
         if self.rig.fwd:
             self.rig.fwd.stop()
-        self.rig.start_forwarder(name="fwd-" + mode, bridge=False, vm=True, attribution=mode)
+        self.rig.start_forwarder(name="fwd-" + mode, bridge=False, vm=True, attribution=mode, **kw)
         status = self.rig.topo.control("status")
         self.assertIn("attribution=%s" % mode, status)
         return status
@@ -207,6 +207,26 @@ class VmAttribution(unittest.TestCase):
                 self.assertEqual(after["attrib_" + mode] - before["attrib_" + mode], n)
             print("\nattribution with 10,000 sockets open: bpf %.0f us, proc walk %.0f us per "
                   "connection (mean of 5)" % (costs["bpf"], costs["proc"]))
+
+            # A deadline shorter than the walk: a 503 that says so, nothing
+            # at the proxy, and the lookup's late answer changes nothing.
+            self.assertGreater(costs["proc"], 20000, "the walk is too fast to outlast 10 ms")
+            self.start("proc", attribution_timeout_ms=10)
+            before = self.rig.topo.stats()
+            target = "http://%s/10k-deadline" % ORIGIN
+            res = self.rig.client(0, get(target), ns=self.rig.topo.vm,
+                                  connect="%s:%d" % (VM_LISTEN, PROXY_PORT),
+                                  pre=["--cgroup", self.cg["pod"], "--uid", "100123"])[0]
+            self.assertEqual(res.get("status"), 503, res)
+            self.assertIn("Fy-Forwarder-Refusal: attribution", res["response"])
+            self.assertIn("could not tell within 10 ms who made this connection", res["response"])
+            time.sleep(0.5)  # past the walk's own end
+            after = self.rig.topo.stats()
+            self.assertEqual(after["attrib_timeouts"] - before["attrib_timeouts"], 1, after)
+            self.assertEqual(after["stamped"] - before["stamped"], 0, after)
+            self.assertEqual(after["active"], 0, after)
+            self.assertFalse([r for r in self.rig.proxy_rows() if r.get("target") == target])
+            self.assertIn("not attributed within 10 ms", self.rig.fwd.log())
         finally:
             holder.kill()
             holder.wait(timeout=10)
