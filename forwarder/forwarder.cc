@@ -254,7 +254,6 @@ Result<void> Forwarder::start(uv_loop_t* loop) {
   }
   uv_timer_init(loop_, &beat_timer_);
   beat_timer_.data = this;
-  beating_ = true;
   if (workers_.size() > 1)
     uv_timer_start(
         &beat_timer_,
@@ -721,7 +720,7 @@ void Forwarder::stop() {
   }
   if (started_) {
     close_h(&watchdog_);
-    if (beating_) close_h(&beat_timer_);
+    close_h(&beat_timer_);
     close_h(&sig_term_);
     close_h(&sig_int_);
     close_h(&sig_hup_);

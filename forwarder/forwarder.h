@@ -107,7 +107,6 @@ class Forwarder {
   static constexpr uint64_t kBeatMs = 1000;
   static constexpr uint64_t kStallMs = 5000;
   uv_timer_t beat_timer_{};
-  bool beating_ = false;
   std::string stalled_workers() const;  // "" when every loop turns
   void on_watchdog();
   uv_signal_t sig_term_{}, sig_int_{}, sig_hup_{};

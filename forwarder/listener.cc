@@ -133,7 +133,6 @@ void Listener::Port::accept_on() {
       if (errno == EAGAIN || errno == EINTR) return;
       if (errno == ECONNABORTED) continue;
       const int err = errno;
-      const bool fds = err == EMFILE || err == ENFILE;
       ++ctx->counters.accept_errors;
       uint64_t suppressed = 0;
       if (g_accept_log.allow(mono_ms(), &suppressed))
@@ -145,7 +144,7 @@ void Listener::Port::accept_on() {
             : err == ENFILE ? " The whole VM is out of file descriptors (fs.file-max)."
             : err == ENOBUFS || err == ENOMEM ? " The VM is short of memory."
                                               : "");
-      if (fds) out_of_fds();
+      if (err == EMFILE || err == ENFILE) out_of_fds();
       return;
     }
     // Forwarder-wide, reserved before the connection is made (the

@@ -32,16 +32,21 @@ constexpr uint64_t kOutqPollMs = 1;
 // One pump() reading this much from a source makes its direction bulk.
 constexpr size_t kBulkRead = 64 * 1024;
 
+// True when `limit` lets one more line through; the first line after some
+// were suppressed says "<how many> <what>".
+bool log_allowed(log::RateLimit& limit, const char* what) {
+  uint64_t suppressed = 0;
+  bool ok = limit.allow(mono_ms(), &suppressed);
+  if (ok && suppressed) log::info("{} {}", suppressed, what);
+  return ok;
+}
+
 // Peer-caused events: at most 20 lines a second from each worker.
 thread_local log::RateLimit g_peer_log(20, 1000);
 
 bool peer_log_allowed() {
-  uint64_t suppressed = 0;
-  bool ok = g_peer_log.allow(mono_ms(), &suppressed);
-  if (ok && suppressed)
-    log::info("{} peer-caused log lines suppressed (see the counters in the status line)",
-              suppressed);
-  return ok;
+  return log_allowed(g_peer_log,
+                     "peer-caused log lines suppressed (see the counters in the status line)");
 }
 
 int socket_error(int fd) {
@@ -56,14 +61,15 @@ int socket_error(int fd) {
 thread_local log::RateLimit g_upstream_log(5, 1000);
 
 bool upstream_log_allowed() {
-  uint64_t suppressed = 0;
-  bool ok = g_upstream_log.allow(mono_ms(), &suppressed);
-  if (ok && suppressed)
-    log::info(
-        "{} similar lines about the proxy suppressed (see redials= and upstream_failed= "
-        "in the status line)",
-        suppressed);
-  return ok;
+  return log_allowed(g_upstream_log,
+                     "similar lines about the proxy suppressed (see redials= and "
+                     "upstream_failed= in the status line)");
+}
+
+// [limits] pump_budget_kib: what one pump() reads from each source before it
+// yields to the loop (0 in the configuration: no bound).
+size_t pump_budget(const Config& cfg) {
+  return cfg.pump_budget ? cfg.pump_budget : SIZE_MAX;
 }
 
 void set_nodelay(int fd) {
@@ -603,7 +609,7 @@ void Connection::send_head(bool early) {
 
 bool Connection::move(Dir& d, int src, int dst, bool& src_readable, bool& dst_writable,
                       Count& bytes) {
-  const size_t budget = ctx_->cfg->pump_budget ? ctx_->cfg->pump_budget : SIZE_MAX;
+  const size_t budget = pump_budget(*ctx_->cfg);
   bool any = false;
   while (!d.done) {
     if (d.pending > 0 && dst_writable) {
@@ -702,11 +708,11 @@ void Connection::pump() {
   sync_out();
   note_bulk(c2u_);
   note_bulk(u2c_);
-  // [limits] pump_budget_kib: one pump() reads at most this much from each
-  // source, then yields to the loop (Engine::again) with its readiness kept.
-  // Otherwise a fast stream holds its worker, and every other connection on
-  // it, for as long as both ends keep up.
-  const size_t budget = ctx_->cfg->pump_budget ? ctx_->cfg->pump_budget : SIZE_MAX;
+  // move() read at most the budget from each source; one that stopped there
+  // yields to the loop (Engine::again) with its readiness kept. Otherwise a
+  // fast stream holds its worker, and every other connection on it, for as
+  // long as both ends keep up.
+  const size_t budget = pump_budget(*ctx_->cfg);
   if (!again_pending_ && ((c_readable_ && !c2u_.eof && c2u_.read_now >= budget) ||
                           (u_readable_ && !u2c_.eof && u2c_.read_now >= budget))) {
     // Stopped by the budget with bytes still to read: no edge will say so.
@@ -818,18 +824,10 @@ void Connection::fail_upstream(const std::string& why) {
   std::string up = sockaddr_ip(reinterpret_cast<const sockaddr*>(&ctx_->upstream));
   if (upstream_log_allowed())
     log::warn("{} cannot reach the proxy at {}:{}: {}", label(), up, a_.rule->port, why);
-  if (ufd_ >= 0) {
-    ::close(ufd_);
-    ufd_ = -1;
-  }
-  if (!a_.rule->stamp) {
-    finish(true, false);  // an unparsed port gets no HTTP answer: reset
-    return;
-  }
-  refuse(502, "Bad Gateway", "upstream",
-         fmt::format("fy-forwarder could not reach the egress proxy at {}:{}: {}. Check that "
-                     "foldyard's proxy is running on the host (fy up).\n",
-                     up, a_.rule->port, why));
+  give_up(502, "Bad Gateway", "upstream",
+          fmt::format("fy-forwarder could not reach the egress proxy at {}:{}: {}. Check that "
+                      "foldyard's proxy is running on the host (fy up).\n",
+                      up, a_.rule->port, why));
 }
 
 void Connection::fail_local(const std::string& why) {
@@ -839,18 +837,23 @@ void Connection::fail_local(const std::string& why) {
         "{} {}: the forwarder itself is short of resources; raise LimitNOFILE in its unit "
         "or lower [limits] connections",
         label(), why);
+  give_up(503, "Service Unavailable", "forwarder",
+          fmt::format("fy-forwarder could not pass this request on: {}. The forwarder in the VM "
+                      "is short of resources, not the proxy; retry, and see fy-forwarder's log.\n",
+                      why));
+}
+
+void Connection::give_up(int status, const char* reason_phrase, const char* tag,
+                         const std::string& body) {
   if (ufd_ >= 0) {
     ::close(ufd_);
     ufd_ = -1;
   }
   if (!a_.rule->stamp) {
-    finish(true, false);
+    finish(true, false);  // an unparsed port gets no HTTP answer: reset
     return;
   }
-  refuse(503, "Service Unavailable", "forwarder",
-         fmt::format("fy-forwarder could not pass this request on: {}. The forwarder in the VM "
-                     "is short of resources, not the proxy; retry, and see fy-forwarder's log.\n",
-                     why));
+  refuse(status, reason_phrase, tag, body);
 }
 
 void Connection::refuse(int status, const char* reason_phrase, const std::string& tag,

@@ -256,6 +256,9 @@ class Connection final : public Retirable, private TimerSlot {
   void fail_upstream(const std::string& why);  // may close
   // The forwarder's own failure (descriptors, epoll): a 503 that says so.
   void fail_local(const std::string& why);  // may close
+  // After a failed dial: the upstream socket goes; the client gets `status`
+  // with `body`, or a reset on a port that is not parsed. Closes.
+  void give_up(int status, const char* reason_phrase, const char* tag, const std::string& body);
   void refuse(int status, const char* reason_phrase, const std::string& tag,
               const std::string& body);                 // may close
   void finish(bool reset_client, bool reset_upstream);  // closes

@@ -25,22 +25,6 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def status_ms(path):
-    t0 = time.perf_counter()
-    s = socket.socket(socket.AF_UNIX)
-    s.settimeout(5)
-    s.connect(path)
-    s.sendall(b"status\n")
-    data = b""
-    while b"\n" not in data:
-        chunk = s.recv(65536)
-        if not chunk:
-            break
-        data += chunk
-    s.close()
-    return (time.perf_counter() - t0) * 1000, data
-
-
 def control(path, command):
     s = socket.socket(socket.AF_UNIX)
     s.settimeout(5)
@@ -51,6 +35,13 @@ def control(path, command):
         data += chunk
     s.close()
     return data.decode()
+
+
+def status_ms(path):
+    """How long the control socket took to answer `status`, in ms."""
+    t0 = time.perf_counter()
+    control(path, "status")
+    return (time.perf_counter() - t0) * 1000
 
 
 def run(build, budget, downloads, reps):
@@ -78,7 +69,7 @@ def run(build, budget, downloads, reps):
             bulk = subprocess.Popen(bulk_cmd, stdout=subprocess.DEVNULL)
             time.sleep(0.2)
             while bulk.poll() is None:
-                lat.append(status_ms(sock)[0])
+                lat.append(status_ms(sock))
                 time.sleep(0.002)
         stats = json.loads(control(sock, "stats"))
     finally:
