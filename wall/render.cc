@@ -162,6 +162,19 @@ std::string render_guard(const GuardSpec& g) {
           format_id_range(r), gw, format_range(p));
     }
   }
+  out += "\t\t# What a user socket sent has been judged. A packet without one (a TIME_WAIT\n";
+  out += "\t\t# socket's ACK or RST, the kernel's reset for a closed port) matches no uid\n";
+  out += "\t\t# rule and no policy route: only conntrack's NAT redirects it. If conntrack\n";
+  out += "\t\t# did not put it on a tracked flow (the entry expired, was replaced or dropped,\n";
+  out += "\t\t# or the packet is out of its window), it would go to the host: dropped. A\n";
+  out += "\t\t# flow's packets (root's too) are tracked, so this never drops one of them.\n";
+  out += "\t\tmeta skuid 0-4294967295 accept\n";
+  for (const PortRange& p : g.ports) {
+    out += fmt::format(
+        "\t\tip daddr {} tcp dport {} ct state invalid,new,untracked log prefix "
+        "\"fy-guard-drop \" counter drop\n",
+        gw, format_range(p));
+  }
   out += "\t}\n";
   out += "}\n";
   out += "# Policy routes (netlink, owned by priority and table): the walled principals'\n";

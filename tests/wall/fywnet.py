@@ -267,6 +267,47 @@ def probe(ns, uid, kind, host, port, *extra, timeout=2.0, gid=None, cgroup=None)
         raise RuntimeError(f"probe gave no result: rc={r.returncode} {r.stdout!r} {r.stderr!r}")
 
 
+# The two below run as root inside a namespace (python -c under nsenter).
+_CT_FLUSH = """
+import socket, struct
+s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 12)  # NETLINK_NETFILTER
+# IPCTNL_MSG_CT_DELETE (ctnetlink = subsystem 1) with no tuple: every IPv4 entry
+s.send(struct.pack("=LHHLL", 20, (1 << 8) | 2, 0x5, 1, 0) + struct.pack("=BBH", 2, 0, 0))
+err = struct.unpack("=i", s.recv(4096)[16:20])[0]
+raise SystemExit(f"ctnetlink flush failed: errno {-err}" if err else 0)
+"""
+
+_TCP_INJECT = """
+import socket, struct, sys
+src, sport, dst, dport, mark = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+def csum(b):
+    b += b"\\0" * (len(b) % 2)
+    s = sum(struct.unpack("!%dH" % (len(b) // 2), b))
+    s = (s >> 16) + (s & 0xFFFF)
+    return ~(s + (s >> 16)) & 0xFFFF
+sa, da = socket.inet_aton(src), socket.inet_aton(dst)
+tcp = struct.pack("!HHLLBBHHH", sport, dport, 12345, 67890, 5 << 4, 0x18, 65535, 0, 0) + b"x"
+tcp = tcp[:16] + struct.pack("!H", csum(sa + da + struct.pack("!BBH", 0, 6, len(tcp)) + tcp)) + tcp[18:]
+ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(tcp), 0, 0, 64, 6, 0, sa, da)
+s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_MARK, mark)
+s.sendto(ip + tcp, (dst, 0))
+"""
+
+
+def conntrack_flush(ns):
+    """Deletes every IPv4 conntrack entry of `ns` (ctnetlink), as their
+    expiry or eviction would."""
+    in_ns(ns, PY, "-c", _CT_FLUSH)
+
+
+def inject_tcp(ns, src, sport, dst, dport, mark):
+    """Sends one TCP segment (ACK|PSH, one byte, arbitrary sequence numbers)
+    from src:sport to dst:dport through a raw socket in `ns`, with SO_MARK
+    `mark` (so a test rule can exempt it from conntrack)."""
+    in_ns(ns, PY, "-c", _TCP_INJECT, src, sport, dst, dport, mark)
+
+
 class KernelLog:
     """Reads the kernel log records written after mark()."""
 

@@ -8,7 +8,10 @@ band ports, which answers with the connection's original destination
 gateway address, so a connection that reaches the host instead of the
 stand-in is seen there.
 """
+import random
+import re
 import subprocess
+import time
 import unittest
 
 import fywnet as n
@@ -84,7 +87,10 @@ class Guard(unittest.TestCase):
         """A walled datagram to a daemon port, refused by the guard, appears in
         `status guard --log-lines N` with its destination and port, and only
         the guard's prefix does."""
-        r = n.probe(self.t.guest, U, "udp", T.GW, 41100, "--bind-port", 40557)
+        # A source port of this run's own: the kernel log keeps an earlier
+        # run's line for the same datagram.
+        spt = random.randrange(40100, 41000)
+        r = n.probe(self.t.guest, U, "udp", T.GW, 41100, "--bind-port", spt)
         self.assertEqual(r["outcome"], "eperm", r)
         st = self.ident.fy_wall(self.t.guest, "status", "guard", *n.guard_args(self.ident),
                                 "--log-lines", 20)
@@ -93,7 +99,7 @@ class Guard(unittest.TestCase):
         self.assertIsNotNone(denied, st.stdout)
         self.assertTrue(0 < len(denied) <= 20, st.stdout)
         hits = [l for l in denied if "] fy-guard-deny " in l and
-                f"SRC={T.GUEST} DST={T.GW} " in l and "PROTO=UDP SPT=40557 DPT=41100 " in l]
+                f"SRC={T.GUEST} DST={T.GW} " in l and f"PROTO=UDP SPT={spt} DPT=41100 " in l]
         self.assertEqual(len(hits), 1, denied)
         self.assertFalse([l for l in denied if "] fy-guard-deny " not in l], denied)
 
@@ -122,6 +128,66 @@ class Guard(unittest.TestCase):
         self.assertIsNotNone(self.log.wait_for("fy-guard-deny ", "PROTO=TCP ", "DPT=41001 "))
         self.assertFalse([r for r in srv.records() if r.startswith("data ")],
                          "data sent after the guard reached the host")
+
+    def test_an_ownerless_reply_that_conntrack_lost_is_not_routed_to_the_host(self):
+        """A walled connection's TIME_WAIT socket answers as no user: its ACK
+        or RST matches no uid rule and no policy route, so routing sends it to
+        the host and only conntrack's NAT redirects it. Built exactly: a
+        redirected connection closed into TIME_WAIT, its conntrack entry
+        deleted (as expiry, eviction or a replaced entry would leave it), and a
+        segment from the gateway's port reaching the socket (injected, exempt
+        from conntrack). The control, the guard without its drop rules: the
+        socket's ACK reaches the host. The guard: dropped, `fy-guard-drop`."""
+        srv = n.Server(self.t.guest, "fwdhold", "hold:127.42.0.1:41002")
+        n.sh(*n.nsexec(self.t.host, "nft", "-f", "-"), input=(
+            "table inet fyw_obs_stray {\n chain pre {\n"
+            "  type filter hook prerouting priority -400; policy accept;\n"
+            f"  ip saddr {T.GUEST} tcp dport 41002 counter\n }}\n}}\n"))
+        n.sh(*n.nsexec(self.t.guest, "nft", "-f", "-"), input=(
+            "table ip fyw_inject {\n chain raw {\n"
+            "  type filter hook output priority raw; policy accept;\n"
+            "  meta mark 0x4747 notrack\n }\n}\n"))
+
+        def reached_host():
+            out = n.in_ns(self.t.host, "nft", "list", "table", "inet", "fyw_obs_stray").stdout
+            return int(re.search(r"counter packets (\d+)", out).group(1))
+
+        def lost_connection():
+            """Returns the walled client's port and how many of its packets
+            reached the host after its conntrack entry was deleted."""
+            accepted = len(srv.records())
+            r = n.probe(self.t.guest, U, "tcp", T.GW, 41002)
+            self.assertEqual(r["reply"], "fwdhold tcp 127.42.0.1:41002", r)
+            rec = srv.records()[accepted]
+            port = int(re.search(rf"from {re.escape(T.GUEST)}:(\d+)", rec).group(1))
+            deadline = time.monotonic() + 5
+            while f":{port} " not in n.in_ns(self.t.guest, "ss", "-Htan", "state",
+                                             "time-wait").stdout:
+                self.assertLess(time.monotonic(), deadline, "no TIME_WAIT socket")
+                time.sleep(0.05)
+            n.conntrack_flush(self.t.guest)
+            before = reached_host()
+            n.inject_tcp(self.t.guest, T.GW, 41002, T.GUEST, port, 0x4747)
+            time.sleep(0.5)
+            return port, reached_host() - before
+
+        text = self.ident.fy_wall(None, "render", "guard", *n.guard_args(self.ident)).stdout
+        control = "\n".join(l for l in text.splitlines()
+                            if "fy-guard-drop" not in l and "meta skuid 0-" not in l)
+        self.assertEqual(len(text.splitlines()) - len(control.splitlines()), 3)  # 1 + 2 bands
+        try:
+            n.sh(*n.nsexec(self.t.guest, "nft", "-f", "-"), input=control + "\n")
+            _, leaked = lost_connection()
+            self.assertEqual(leaked, 1, "the control cannot show the reply: the proof is void")
+            self.apply_guard()
+            self.log.mark()
+            port, leaked = lost_connection()
+            self.assertEqual(leaked, 0, "a walled connection's reply reached the host")
+            self.assertIsNotNone(self.log.wait_for("fy-guard-drop ", f"SPT={port} ",
+                                                   "DPT=41002 "))
+        finally:
+            n.in_ns(self.t.guest, "nft", "delete", "table", "ip", "fyw_inject", check=False)
+            self.apply_guard()
 
     def test_without_the_policy_routes_the_redirect_fails_closed(self):
         try:
