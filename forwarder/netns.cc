@@ -122,7 +122,29 @@ Result<void> IfaceMap::open() {
     return make_error(Errc::io, "rtnetlink bind: {}", strerror(errno));
   timeval tv{1, 0};
   setsockopt(nl_.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  // Subscribed before the first dump, so no change falls between the two.
+  events_.reset(::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, NETLINK_ROUTE));
+  if (!events_) return make_error(Errc::io, "rtnetlink socket: {}", strerror(errno));
+  sockaddr_nl ev{};
+  ev.nl_family = AF_NETLINK;
+  ev.nl_groups = RTMGRP_LINK | RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR;
+  if (::bind(events_.get(), reinterpret_cast<sockaddr*>(&ev), sizeof ev) != 0)
+    return make_error(Errc::io, "rtnetlink bind (link and address changes): {}", strerror(errno));
   return refresh();
+}
+
+bool IfaceMap::changed() {
+  bool any = false;
+  alignas(nlmsghdr) char buf[8192];
+  while (true) {
+    ssize_t n = ::recv(events_.get(), buf, sizeof buf, MSG_DONTWAIT);
+    if (n > 0 || (n < 0 && errno == ENOBUFS)) {
+      any = true;  // what changed does not matter: the dump reads it all
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    return any;
+  }
 }
 
 namespace {
@@ -194,6 +216,9 @@ Result<void> IfaceMap::refresh() {
 }
 
 std::string IfaceMap::name_for(const std::string& ip) {
+  // A failed re-read leaves no map rather than a stale one: lookups say
+  // "unknown" until a miss re-reads it (at most every 10 ms).
+  if (changed() && !refresh()) by_ip_.clear();
   auto it = by_ip_.find(ip);
   if (it != by_ip_.end()) return it->second;
   if (!nl_ || mono_ms() - last_refresh_ms_ < 10) return "";

@@ -55,18 +55,29 @@ Result<UniqueFd> listen_tcp(const std::string& ip, uint16_t port, int backlog,
 // would otherwise join another process's group of the same uid silently.
 Result<void> check_port_free(const std::string& ip, uint16_t port);
 
-// Maps local addresses to interface names in one namespace, through an
-// rtnetlink socket made inside it. Refreshed on a miss.
+// Maps local addresses to interface names in one namespace, through rtnetlink
+// sockets made inside it: one for dumps, one subscribed to link and address
+// changes. A change (a bridge renamed, removed or re-made with another name on
+// the same subnet) is queued on the second socket by the time the call that
+// made it returns, so the next lookup after it sees the change and re-reads
+// the map: a stamp never names an interface that no longer holds the address.
+// Not thread-safe (the listener holds a lock around it).
 class IfaceMap {
  public:
   // Must be called in the namespace (e.g. inside run_in_netns).
   Result<void> open();
-  // The interface holding `ip` ("podman1"), or "" when none does.
+  // The interface holding `ip` ("podman1"), or "" when none does. One
+  // non-blocking recv a call (the change check); a dump only after a change,
+  // or on a miss (at most every 10 ms).
   std::string name_for(const std::string& ip);
 
  private:
   Result<void> refresh();
+  // Drains the change socket; true if anything changed (or was lost to an
+  // overflow, which may hide a change).
+  bool changed();
   UniqueFd nl_;
+  UniqueFd events_;  // RTMGRP_LINK | RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR
   std::unordered_map<std::string, std::string> by_ip_;
   uint64_t last_refresh_ms_ = 0;
   uint32_t nl_seq_ = 1;  // this socket's netlink sequence numbers

@@ -37,6 +37,40 @@ sys.path.insert(0, os.path.join(SRC, "tests", "forwarder"))
 DIRECT_ADDR = "192.168.5.3"  # the host's second address; DNAT'ed to the proxy's
 
 
+PEER_NAME = "haproxy (tcp mode, splice both ways, one thread)"
+PEER_TABLE = "fyf_bench_peer"
+PEER_REDIRECT = ("table ip " + PEER_TABLE + " {\n chain pre { type nat hook prerouting priority "
+                 "dstnat; policy accept;\n  ip daddr %s tcp dport %d redirect\n }\n}\n")
+
+
+def write_haproxy_conf(d, rootless_ns, vm_ns, gateway, port):
+    """The peer relay: haproxy doing what the forwarder does minus the head and
+    the stamp. It listens in the rootless namespace (the redirect's target) and
+    dials the proxy from the VM's, as fy-forwarder does; one thread, as the
+    forwarder's default of one worker; splice both ways."""
+    path = os.path.join(d, "haproxy.cfg")
+    with open(path, "w") as f:
+        f.write("""global
+  nbthread 1
+  maxconn 4096
+  log stderr format raw local0 err
+defaults
+  mode tcp
+  log global
+  option splice-request
+  option splice-response
+  timeout connect 2s
+  timeout client 60s
+  timeout server 60s
+frontend containers
+  bind 0.0.0.0:{port} namespace {rl} backlog 4096
+  default_backend proxy
+backend proxy
+  server proxy {gw}:{port} namespace {vm}
+""".format(port=port, rl=rootless_ns, vm=vm_ns, gw=gateway))
+    return path
+
+
 def percentile(v, p):
     v = sorted(v)
     if not v:
@@ -79,6 +113,11 @@ def main():
                     help="with --fy-proxy: a third arm, via-b: the same forwarder in front of "
                          "this fy-proxy binary, alternated with via (only one proxy runs at a "
                          "time); prints paired differences")
+    ap.add_argument("--peer", choices=["haproxy"],
+                    help="a third arm, peer: a well-known TCP relay in the forwarder's place "
+                         "(haproxy, tcp mode, splice, one thread, listening in the rootless "
+                         "namespace behind the same redirect and dialling from the VM's): what "
+                         "any relay there costs on this host; it parses and stamps nothing")
     ap.add_argument("--skip-direct", action="store_true",
                     help="with --ab: only the two forwarder arms (A/B comparisons)")
     ap.add_argument("--ab-extra", default=None,
@@ -89,6 +128,8 @@ def main():
     a = ap.parse_args()
     if a.ab_proxy and (not a.fy_proxy or a.ab):
         ap.error("--ab-proxy needs --fy-proxy, and not --ab (one comparison at a time)")
+    if a.peer and (a.ab or a.ab_proxy):
+        ap.error("--peer is a comparison of its own: not with --ab or --ab-proxy")
     os.environ["FY_BUILD_DIR"] = os.path.abspath(a.build)
     from fyf_topology import GATEWAY, ORIGIN, PROXY_PORT, Topology, sh
 
@@ -207,15 +248,20 @@ http {{
             arms["via-b"] = arms["via"]
             fwd_spec["via-b"] = (None if a.ab == "same" else os.path.abspath(a.ab),
                                  a.ab_extra if a.ab_extra is not None else a.forwarder_extra)
+        if a.peer:
+            arms["peer"] = arms["via"]
+            peer_conf = write_haproxy_conf(d, t.rl, t.vm, GATEWAY, PROXY_PORT)
         if a.skip_direct:
             del arms["direct"]
         cns = t.containers[0][0]
+        # The relay in the forwarder's place: a forwarder arm or the peer. Only
+        # one runs at a time (they share the listener's port).
         fwd_state = {"arm": None, "proc": None}
         fwd_stats = {arm: {} for arm in fwd_spec}
 
         def collect_stats():
             arm = fwd_state["arm"]
-            if arm is None:
+            if arm is None or arm == "peer":
                 return
             for k, v in t.stats().items():
                 if isinstance(v, int):
@@ -239,9 +285,22 @@ http {{
             if fwd_state["proc"] is not None:
                 collect_stats()
                 fwd_state["proc"].stop()
-            exe, extra = fwd_spec[arm]
-            fwd_state["proc"] = t.start_forwarder(base_cfg + extra.replace("\\n", "\n"),
-                                                  name="forwarder-" + arm, exe=exe)
+                if fwd_state["arm"] == "peer":
+                    t.nsexec(t.rl, "nft", "delete", "table", "ip", PEER_TABLE)
+            fwd_state["arm"] = None
+            if arm == "peer":
+                # The forwarder's redirect stays behind it (fail closed); the
+                # peer's own is the same rule, for a first round that starts
+                # with the peer.
+                subprocess.run(["ip", "netns", "exec", t.rl, "nft", "-f", "-"], text=True,
+                               check=True, input=PEER_REDIRECT % (GATEWAY, PROXY_PORT))
+                fwd_state["proc"] = t.start(t.vm, ["haproxy", "-db", "-f", peer_conf],
+                                            name="peer-haproxy")
+                t.wait_listening(cns, GATEWAY, PROXY_PORT, proc=fwd_state["proc"])
+            else:
+                exe, extra = fwd_spec[arm]
+                fwd_state["proc"] = t.start_forwarder(base_cfg + extra.replace("\\n", "\n"),
+                                                      name="forwarder-" + arm, exe=exe)
             fwd_state["arm"] = arm
 
         def run(arm, *args):
@@ -348,9 +407,13 @@ http {{
 
         keys = ["small_p50_ms", "small_p99_ms", "tls1_p50_ms", "tls8_p50_ms", "tp1_MBps",
                 "tp4_MBps", "conn_per_s", "cpu_s_per_GiB", "fwd_cpu_us_per_conn"]
-        all_arms = ["direct"] + list(fwd_spec)
+        all_arms = ["direct"] + list(fwd_spec) + (["peer"] if a.peer else [])
         summary = {k: {arm: med(arm, k) for arm in all_arms} for k in keys}
         summary["fwd_cpu_s_per_GiB"] = {arm: summary["cpu_s_per_GiB"][arm] for arm in fwd_spec}
+        peer_added = None
+        if a.peer:
+            peer_added = {"small_p50_ms": paired("direct", "peer", "small_p50_ms"),
+                          "small_p99_ms": paired("direct", "peer", "small_p99_ms")}
         errors = {arm: sum(r.get(arm, {}).get("small_failed", 0) +
                            r.get(arm, {}).get("tls_failed", 0) +
                            r.get(arm, {}).get("rate_errors", 0) for r in per_round)
@@ -435,12 +498,37 @@ http {{
                 continue
             out.append("%-32s %12.4g %12.4g %+14.4g" % (k, s[k]["via"], s[k]["via-b"], ab[k]))
         out.append("errors: via-b %d" % errors["via-b"])
+    if a.peer:
+        out.append("")
+        out.append("peer: %s in the forwarder's place (same redirect, same namespaces); "
+                   "it parses and stamps nothing" % PEER_NAME)
+        out.append("%-32s %12s %18s %12s %12s  %s" % ("", "direct", "via the forwarder",
+                                                      "peer", "peer added", "via - peer, paired"))
+        for name, fmt, key, added, _, _ in rows:
+            if key in ("small_p50_ms", "small_p99_ms"):
+                padd = f("%+.3f ms", peer_added[key])
+            elif key.startswith("tp"):
+                padd = pct(s[key]["peer"], s[key]["direct"])
+            elif key == "conn_per_s":
+                padd = pct(s[key]["peer"], s[key]["direct"])
+            else:
+                padd = diff(s[key]["peer"], s[key]["direct"], "%+.3f ms")
+            out.append("%-32s %12s %18s %12s %12s  %s" % (
+                name, f(fmt, s[key]["direct"]), f(fmt, s[key]["via"]), f(fmt, s[key]["peer"]),
+                padd, f(fmt.replace("%", "%+", 1), paired("peer", "via", key))))
+        for name, fmt, key in (("relay CPU per GiB relayed", "%.3f s", "cpu_s_per_GiB"),
+                               ("relay CPU per connection", "%.1f us", "fwd_cpu_us_per_conn")):
+            out.append("%-32s %12s %18s %12s %12s  %s" % (
+                name, "-", f(fmt, s[key]["via"]), f(fmt, s[key]["peer"]), "",
+                f(fmt.replace("%", "%+", 1), paired("peer", "via", key))))
+        out.append("errors: peer %d" % errors["peer"])
     print("\n".join(out))
     path = a.out or os.path.join(os.path.abspath(a.build), "bench-forwarder.json")
     with open(path, "w") as fh:
         json.dump({"proxy": a.proxy_name, "rounds": a.rounds, "summary": summary,
                    "added_small_p50_ms": added_p50, "added_small_p99_ms": added_p99,
-                   "ab_paired": ab, "errors": errors, "forwarder_stats": stats,
+                   "ab_paired": ab, "peer": a.peer and PEER_NAME,
+                   "peer_added_small_ms": peer_added, "errors": errors, "forwarder_stats": stats,
                    "forwarder_stats_by_arm": fwd_stats, "per_round": per_round,
                    "table": out}, fh, indent=1)
     print("(JSON: %s)" % path)

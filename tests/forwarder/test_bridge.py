@@ -66,6 +66,36 @@ class Bridge(unittest.TestCase):
         self.assert_valid_stamp(RIG.proxy_row_for("http://%s/curl" % ORIGIN), "10.89.1.10",
                                 "podman2")
 
+    def test_a_renamed_bridge_is_stamped_with_its_new_name(self):
+        # net = "auto" names the interface that holds the address the client
+        # connected to. The forwarder has seen podman2 already; renamed (as a
+        # network re-made under another name on the same subnet would be),
+        # the very next connection carries the new name, and the one after
+        # the name is given back, the old one. Without the change socket the
+        # first name was kept until an address it had never seen.
+        i = 2
+        _, ip, bridge = RIG.topo.containers[i]
+
+        def fetch(path, net):
+            target = "http://%s/%s" % (ORIGIN, path)
+            res = RIG.client(i, get(target))[0]
+            self.assertTrue(res["ok"], res)
+            self.assertEqual(res["status"], 200, res)
+            self.assert_valid_stamp(RIG.proxy_row_for(target), ip, net)
+
+        def rename(old, new):
+            for args in (("down",), ("name", new), ("up",)):
+                RIG.topo.nsexec(RIG.topo.rl, "ip", "link", "set", "dev", old, *args)
+                old = new if args[0] == "name" else old
+
+        fetch("before-rename", bridge)
+        rename(bridge, "fyrenamed0")
+        try:
+            fetch("after-rename", "fyrenamed0")
+        finally:
+            rename("fyrenamed0", bridge)
+        fetch("renamed-back", bridge)
+
     def test_client_written_stamps_are_stripped(self):
         # A real stamp taken from an earlier connection, plus junk, in every case.
         RIG.client(0, get("http://%s/donor" % ORIGIN))
