@@ -524,6 +524,7 @@ std::string Forwarder::stats_json() const {
   o.unum("attrib_us_max", us_max)
       .unum("seq", stamper_.issued())
       .unum("bridge_switches", bridge_switches_)
+      .unum("iface_refreshes", bridge_ ? bridge_->iface_refreshes() : 0)
       .unum("workers", workers_.size())
       .raw("accepted_by_worker", by_worker)
       .unum("pipes_idle", pipes_idle)

@@ -80,6 +80,11 @@ Result<std::unique_ptr<Listener>> Listener::open(const std::vector<Worker*>& wor
   return l;
 }
 
+uint64_t Listener::iface_refreshes() const {
+  std::lock_guard<std::mutex> g(common_->ifmap_mu);
+  return common_->ifmap.refreshes();
+}
+
 Listener::~Listener() {
   // A port may be handling an event on its worker right now: the worker
   // unwatches and closes it, between two of its own event batches.

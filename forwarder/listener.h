@@ -43,6 +43,8 @@ class Listener {
   NsId ns() const { return ns_; }
   ListenerKind kind() const { return common_->kind; }
   const std::string& describe() const { return common_->desc; }  // "0.0.0.0:42600,42700"
+  // How often net = "auto" re-read its interface map (0 for a fixed net).
+  uint64_t iface_refreshes() const;
 
  private:
   // What a listener's ports share, read by whichever worker accepts.

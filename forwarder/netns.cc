@@ -133,21 +133,33 @@ Result<void> IfaceMap::open() {
   return refresh();
 }
 
-bool IfaceMap::changed() {
-  bool any = false;
-  alignas(nlmsghdr) char buf[8192];
-  while (true) {
-    ssize_t n = ::recv(events_.get(), buf, sizeof buf, MSG_DONTWAIT);
-    if (n > 0 || (n < 0 && errno == ENOBUFS)) {
-      any = true;  // what changed does not matter: the dump reads it all
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    return any;
+namespace {
+
+// An address message's address as text ("10.89.0.1"): IFA_LOCAL, else
+// IFA_ADDRESS (they differ only on point-to-point links); "" if it has none.
+std::string addr_text(const nlmsghdr* nh) {
+  auto* ifa = static_cast<const ifaddrmsg*>(NLMSG_DATA(nh));
+  int len = static_cast<int>(IFA_PAYLOAD(nh));
+  const void* local = nullptr;
+  const void* address = nullptr;
+  for (auto* a = IFA_RTA(ifa); RTA_OK(a, len); a = RTA_NEXT(a, len)) {
+    if (a->rta_type == IFA_LOCAL) local = RTA_DATA(a);
+    if (a->rta_type == IFA_ADDRESS) address = RTA_DATA(a);
   }
+  const void* ip = local ? local : address;
+  char text[INET6_ADDRSTRLEN] = "";
+  if (!ip || !inet_ntop(ifa->ifa_family, ip, text, sizeof text)) return "";
+  return text;
 }
 
-namespace {
+// A link message's IFLA_IFNAME, or nullptr.
+const char* link_name(const nlmsghdr* nh) {
+  auto* ifi = static_cast<const ifinfomsg*>(NLMSG_DATA(nh));
+  int len = static_cast<int>(IFLA_PAYLOAD(nh));
+  for (auto* a = IFLA_RTA(ifi); RTA_OK(a, len); a = RTA_NEXT(a, len))
+    if (a->rta_type == IFLA_IFNAME) return static_cast<const char*>(RTA_DATA(a));
+  return nullptr;
+}
 
 // Sends one dump request and hands every reply message to `each`.
 Result<void> nl_dump(int fd, uint16_t type, uint32_t seq,
@@ -182,49 +194,111 @@ Result<void> nl_dump(int fd, uint16_t type, uint32_t seq,
 
 }  // namespace
 
+bool IfaceMap::catch_up() {
+  bool whole = true;
+  alignas(nlmsghdr) char buf[16384];
+  while (true) {
+    // MSG_TRUNC: the datagram's real length, so a cut-off one is seen as such.
+    ssize_t n = ::recv(events_.get(), buf, sizeof buf, MSG_DONTWAIT | MSG_TRUNC);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == ENOBUFS) {  // the queue overflowed: some changes were lost
+        whole = false;
+        continue;
+      }
+      return whole;  // EAGAIN: drained
+    }
+    if (static_cast<size_t>(n) > sizeof buf) {
+      whole = false;
+      continue;
+    }
+    for (auto* nh = reinterpret_cast<nlmsghdr*>(buf); NLMSG_OK(nh, static_cast<size_t>(n));
+         nh = NLMSG_NEXT(nh, n))
+      if (!apply(nh)) whole = false;
+  }
+}
+
+bool IfaceMap::apply(const nlmsghdr* nh) {
+  switch (nh->nlmsg_type) {
+    case RTM_NEWADDR:
+    case RTM_DELADDR: {
+      if (nh->nlmsg_len < NLMSG_LENGTH(sizeof(ifaddrmsg))) return false;
+      int index = static_cast<int>(static_cast<const ifaddrmsg*>(NLMSG_DATA(nh))->ifa_index);
+      std::string ip = addr_text(nh);
+      if (ip.empty()) return false;
+      if (nh->nlmsg_type == RTM_DELADDR) {
+        // Only this link's: the same address may be on another one too (a
+        // re-read on the next miss finds it there).
+        auto it = by_ip_.find(ip);
+        if (it != by_ip_.end() && it->second.index == index) by_ip_.erase(it);
+        return true;
+      }
+      auto name = names_.find(index);
+      if (name == names_.end()) return false;  // a link not seen: re-read
+      by_ip_[ip] = Entry{index, name->second};
+      return true;
+    }
+    case RTM_NEWLINK:
+    case RTM_DELLINK: {
+      if (nh->nlmsg_len < NLMSG_LENGTH(sizeof(ifinfomsg))) return false;
+      auto* ifi = static_cast<const ifinfomsg*>(NLMSG_DATA(nh));
+      // AF_BRIDGE: a port joining, leaving or changing state; the link stays.
+      if (ifi->ifi_family == AF_BRIDGE) return true;
+      if (nh->nlmsg_type == RTM_DELLINK) {
+        names_.erase(ifi->ifi_index);
+        std::erase_if(by_ip_, [&](const auto& kv) { return kv.second.index == ifi->ifi_index; });
+        return true;
+      }
+      const char* name = link_name(nh);
+      if (!name) return false;
+      std::string& known = names_[ifi->ifi_index];
+      if (known != name) {  // new, or renamed
+        known = name;
+        for (auto& [ip, e] : by_ip_)
+          if (e.index == ifi->ifi_index) e.name = known;
+      }
+      return true;
+    }
+    default:
+      return true;  // nothing the map holds
+  }
+}
+
 Result<void> IfaceMap::refresh() {
   last_refresh_ms_ = mono_ms();
+  ++refreshes_;
   uint32_t& seq = nl_seq_;
   std::unordered_map<int, std::string> names;
   FY_TRY(nl_dump(nl_.get(), RTM_GETLINK, ++seq, [&](const nlmsghdr* nh) {
     if (nh->nlmsg_type != RTM_NEWLINK) return;
-    auto* ifi = static_cast<const ifinfomsg*>(NLMSG_DATA(nh));
-    int len = static_cast<int>(IFLA_PAYLOAD(nh));
-    for (auto* a = IFLA_RTA(ifi); RTA_OK(a, len); a = RTA_NEXT(a, len))
-      if (a->rta_type == IFLA_IFNAME) names[ifi->ifi_index] = static_cast<const char*>(RTA_DATA(a));
+    if (const char* name = link_name(nh))
+      names[static_cast<const ifinfomsg*>(NLMSG_DATA(nh))->ifi_index] = name;
   }));
-  std::unordered_map<std::string, std::string> by_ip;
+  std::unordered_map<std::string, Entry> by_ip;
   FY_TRY(nl_dump(nl_.get(), RTM_GETADDR, ++seq, [&](const nlmsghdr* nh) {
     if (nh->nlmsg_type != RTM_NEWADDR) return;
-    auto* ifa = static_cast<const ifaddrmsg*>(NLMSG_DATA(nh));
-    int len = static_cast<int>(IFA_PAYLOAD(nh));
-    const void* local = nullptr;
-    const void* address = nullptr;
-    for (auto* a = IFA_RTA(ifa); RTA_OK(a, len); a = RTA_NEXT(a, len)) {
-      if (a->rta_type == IFA_LOCAL) local = RTA_DATA(a);
-      if (a->rta_type == IFA_ADDRESS) address = RTA_DATA(a);
-    }
-    const void* ip = local ? local : address;
-    if (!ip) return;
-    char text[INET6_ADDRSTRLEN] = "";
-    inet_ntop(ifa->ifa_family, ip, text, sizeof text);
-    auto it = names.find(static_cast<int>(ifa->ifa_index));
-    if (it != names.end()) by_ip[text] = it->second;
+    std::string ip = addr_text(nh);
+    int index = static_cast<int>(static_cast<const ifaddrmsg*>(NLMSG_DATA(nh))->ifa_index);
+    auto it = names.find(index);
+    if (!ip.empty() && it != names.end()) by_ip[ip] = Entry{index, it->second};
   }));
+  names_ = std::move(names);
   by_ip_ = std::move(by_ip);
   return {};
 }
 
 std::string IfaceMap::name_for(const std::string& ip) {
-  // A failed re-read leaves no map rather than a stale one: lookups say
-  // "unknown" until a miss re-reads it (at most every 10 ms).
-  if (changed() && !refresh()) by_ip_.clear();
+  // Changes applied in order; a re-read only when one could not be (lost to
+  // an overflow, a link never seen). A failed re-read leaves no map rather
+  // than a stale one: lookups say "unknown" until a miss re-reads it (at most
+  // every 10 ms).
+  if (!catch_up() && !refresh()) by_ip_.clear();
   auto it = by_ip_.find(ip);
-  if (it != by_ip_.end()) return it->second;
+  if (it != by_ip_.end()) return it->second.name;
   if (!nl_ || mono_ms() - last_refresh_ms_ < 10) return "";
   if (!refresh()) return "";
   it = by_ip_.find(ip);
-  return it == by_ip_.end() ? "" : it->second;
+  return it == by_ip_.end() ? "" : it->second.name;
 }
 
 pid_t read_pid_file(const std::string& path) {

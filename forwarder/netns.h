@@ -7,6 +7,7 @@
 // namespace, and the same inode is always the one already served.
 #pragma once
 
+#include <linux/netlink.h>
 #include <sys/types.h>
 
 #include <functional>
@@ -57,29 +58,43 @@ Result<void> check_port_free(const std::string& ip, uint16_t port);
 
 // Maps local addresses to interface names in one namespace, through rtnetlink
 // sockets made inside it: one for dumps, one subscribed to link and address
-// changes. A change (a bridge renamed, removed or re-made with another name on
-// the same subnet) is queued on the second socket by the time the call that
-// made it returns, so the next lookup after it sees the change and re-reads
-// the map: a stamp never names an interface that no longer holds the address.
-// Not thread-safe (the listener holds a lock around it).
+// changes (made before the first dump, so nothing falls between). A change (a
+// bridge renamed, removed or re-made with another name on the same subnet, an
+// address added or removed) is queued on the second socket by the time the
+// call that made it returns; every lookup first applies what is queued, in
+// order, so a lookup after a change answers as the kernel would. (Applying a
+// change the dump already held changes nothing: each message sets or removes
+// one entry.) A dump only at the start, when a change could not be applied
+// (the queue overflowed, an address on a link never seen), or on a miss.
+// Not thread-safe: the listener holds a lock around it.
 class IfaceMap {
  public:
   // Must be called in the namespace (e.g. inside run_in_netns).
   Result<void> open();
   // The interface holding `ip` ("podman1"), or "" when none does. One
-  // non-blocking recv a call (the change check); a dump only after a change,
-  // or on a miss (at most every 10 ms).
+  // non-blocking recv a call, more only after changes; a dump as above (on a
+  // miss at most every 10 ms).
   std::string name_for(const std::string& ip);
+  // Dumps so far, the one in open() included (stats' iface_refreshes).
+  uint64_t refreshes() const { return refreshes_; }
 
  private:
+  struct Entry {
+    int index;  // ifindex
+    std::string name;
+  };
   Result<void> refresh();
-  // Drains the change socket; true if anything changed (or was lost to an
-  // overflow, which may hide a change).
-  bool changed();
+  // Drains the change socket, applying each message; false when one could
+  // not be applied (or some were lost), so the map must be re-read.
+  bool catch_up();
+  // Applies one change message to names_ and by_ip_; false if it cannot.
+  bool apply(const nlmsghdr* nh);
   UniqueFd nl_;
   UniqueFd events_;  // RTMGRP_LINK | RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR
-  std::unordered_map<std::string, std::string> by_ip_;
+  std::unordered_map<std::string, Entry> by_ip_;
+  std::unordered_map<int, std::string> names_;  // ifindex -> name
   uint64_t last_refresh_ms_ = 0;
+  uint64_t refreshes_ = 0;
   uint32_t nl_seq_ = 1;  // this socket's netlink sequence numbers
 };
 

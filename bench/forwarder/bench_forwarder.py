@@ -37,21 +37,25 @@ sys.path.insert(0, os.path.join(SRC, "tests", "forwarder"))
 DIRECT_ADDR = "192.168.5.3"  # the host's second address; DNAT'ed to the proxy's
 
 
-PEER_NAME = "haproxy (tcp mode, splice both ways, one thread)"
 PEER_TABLE = "fyf_bench_peer"
 PEER_REDIRECT = ("table ip " + PEER_TABLE + " {\n chain pre { type nat hook prerouting priority "
                  "dstnat; policy accept;\n  ip daddr %s tcp dport %d redirect\n }\n}\n")
 
 
-def write_haproxy_conf(d, rootless_ns, vm_ns, gateway, port):
+def peer_name(threads):
+    return "haproxy (tcp mode, splice both ways, %d thread%s, as the forwarder has workers)" % (
+        threads, "" if threads == 1 else "s")
+
+
+def write_haproxy_conf(d, rootless_ns, vm_ns, gateway, port, threads):
     """The peer relay: haproxy doing what the forwarder does minus the head and
     the stamp. It listens in the rootless namespace (the redirect's target) and
-    dials the proxy from the VM's, as fy-forwarder does; one thread, as the
-    forwarder's default of one worker; splice both ways."""
+    dials the proxy from the VM's, as fy-forwarder does; as many threads as the
+    forwarder has workers; splice both ways."""
     path = os.path.join(d, "haproxy.cfg")
     with open(path, "w") as f:
         f.write("""global
-  nbthread 1
+  nbthread {threads}
   maxconn 4096
   log stderr format raw local0 err
 defaults
@@ -67,7 +71,7 @@ frontend containers
   default_backend proxy
 backend proxy
   server proxy {gw}:{port} namespace {vm}
-""".format(port=port, rl=rootless_ns, vm=vm_ns, gw=gateway))
+""".format(port=port, rl=rootless_ns, vm=vm_ns, gw=gateway, threads=threads))
     return path
 
 
@@ -250,10 +254,11 @@ http {{
                                  a.ab_extra if a.ab_extra is not None else a.forwarder_extra)
         if a.peer:
             arms["peer"] = arms["via"]
-            peer_conf = write_haproxy_conf(d, t.rl, t.vm, GATEWAY, PROXY_PORT)
         if a.skip_direct:
             del arms["direct"]
         cns = t.containers[0][0]
+        small_url = "http://%s/small" % ORIGIN
+        big_url = "http://%s/big" % ORIGIN
         # The relay in the forwarder's place: a forwarder arm or the peer. Only
         # one runs at a time (they share the listener's port).
         fwd_state = {"arm": None, "proc": None}
@@ -302,6 +307,14 @@ http {{
                 fwd_state["proc"] = t.start_forwarder(base_cfg + extra.replace("\\n", "\n"),
                                                       name="forwarder-" + arm, exe=exe)
             fwd_state["arm"] = arm
+            # A relay just started: its first connection (page faults, the
+            # pipe pool, haproxy's pools) is not a sample.
+            warm = subprocess.run(["ip", "netns", "exec", cns, loadgen, "--proxy", arms[arm],
+                                   "--mode", "small", "--url", small_url, "--samples", "1"],
+                                  capture_output=True, text=True, timeout=60)
+            if warm.returncode != 0:
+                raise RuntimeError("the %s arm's warm-up request failed: %s %s" % (
+                    arm, warm.stdout, warm.stderr))
 
         def run(arm, *args):
             use(arm)
@@ -326,8 +339,12 @@ http {{
                     pass  # a thread that ended (a namespace helper)
             return total
 
-        small_url = "http://%s/small" % ORIGIN
-        big_url = "http://%s/big" % ORIGIN
+        if a.peer:
+            # As many haproxy threads as the forwarder has workers (its default
+            # follows the CPUs): the forwarder, started first, is asked.
+            use("via")
+            peer_threads = t.stats()["workers"]
+            peer_conf = write_haproxy_conf(d, t.rl, t.vm, GATEWAY, PROXY_PORT, peer_threads)
         if a.hold:
             use("via")
             for arm in ("direct", "via"):
@@ -410,10 +427,11 @@ http {{
         all_arms = ["direct"] + list(fwd_spec) + (["peer"] if a.peer else [])
         summary = {k: {arm: med(arm, k) for arm in all_arms} for k in keys}
         summary["fwd_cpu_s_per_GiB"] = {arm: summary["cpu_s_per_GiB"][arm] for arm in fwd_spec}
-        peer_added = None
+        peer_added = peer_paired = None
         if a.peer:
             peer_added = {"small_p50_ms": paired("direct", "peer", "small_p50_ms"),
                           "small_p99_ms": paired("direct", "peer", "small_p99_ms")}
+            peer_paired = {k: paired("peer", "via", k) for k in keys}  # via - peer, per round
         errors = {arm: sum(r.get(arm, {}).get("small_failed", 0) +
                            r.get(arm, {}).get("tls_failed", 0) +
                            r.get(arm, {}).get("rate_errors", 0) for r in per_round)
@@ -501,7 +519,7 @@ http {{
     if a.peer:
         out.append("")
         out.append("peer: %s in the forwarder's place (same redirect, same namespaces); "
-                   "it parses and stamps nothing" % PEER_NAME)
+                   "it parses and stamps nothing" % peer_name(peer_threads))
         out.append("%-32s %12s %18s %12s %12s  %s" % ("", "direct", "via the forwarder",
                                                       "peer", "peer added", "via - peer, paired"))
         for name, fmt, key, added, _, _ in rows:
@@ -527,8 +545,9 @@ http {{
     with open(path, "w") as fh:
         json.dump({"proxy": a.proxy_name, "rounds": a.rounds, "summary": summary,
                    "added_small_p50_ms": added_p50, "added_small_p99_ms": added_p99,
-                   "ab_paired": ab, "peer": a.peer and PEER_NAME,
-                   "peer_added_small_ms": peer_added, "errors": errors, "forwarder_stats": stats,
+                   "ab_paired": ab, "peer": a.peer and peer_name(peer_threads),
+                   "peer_added_small_ms": peer_added, "via_minus_peer_paired": peer_paired,
+                   "errors": errors, "forwarder_stats": stats,
                    "forwarder_stats_by_arm": fwd_stats, "per_round": per_round,
                    "table": out}, fh, indent=1)
     print("(JSON: %s)" % path)

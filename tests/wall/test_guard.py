@@ -187,6 +187,7 @@ class Guard(unittest.TestCase):
                                                    "DPT=41002 "))
         finally:
             n.in_ns(self.t.guest, "nft", "delete", "table", "ip", "fyw_inject", check=False)
+            n.in_ns(self.t.host, "nft", "delete", "table", "inet", "fyw_obs_stray", check=False)
             self.apply_guard()
 
     def test_without_the_policy_routes_the_redirect_fails_closed(self):
