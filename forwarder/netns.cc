@@ -113,51 +113,84 @@ Result<void> check_port_free(const std::string& ip, uint16_t port) {
   return {};
 }
 
-Result<void> IfaceMap::open() {
-  nl_.reset(::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE));
-  if (!nl_) return make_error(Errc::io, "rtnetlink socket: {}", strerror(errno));
-  sockaddr_nl sa{};
-  sa.nl_family = AF_NETLINK;
-  if (::bind(nl_.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0)
-    return make_error(Errc::io, "rtnetlink bind: {}", strerror(errno));
-  timeval tv{1, 0};
-  setsockopt(nl_.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  // Subscribed before the first dump, so no change falls between the two.
-  events_.reset(::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, NETLINK_ROUTE));
-  if (!events_) return make_error(Errc::io, "rtnetlink socket: {}", strerror(errno));
-  sockaddr_nl ev{};
-  ev.nl_family = AF_NETLINK;
-  ev.nl_groups = RTMGRP_LINK | RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR;
-  if (::bind(events_.get(), reinterpret_cast<sockaddr*>(&ev), sizeof ev) != 0)
-    return make_error(Errc::io, "rtnetlink bind (link and address changes): {}", strerror(errno));
-  return refresh();
-}
-
 namespace {
 
-// An address message's address as text ("10.89.0.1"): IFA_LOCAL, else
-// IFA_ADDRESS (they differ only on point-to-point links); "" if it has none.
-std::string addr_text(const nlmsghdr* nh) {
+// How many change datagrams one lookup applies at most; past that the map is
+// re-read instead (a burst of changes, or a flood), and the rest stays queued.
+constexpr int kMaxChangeDatagrams = 256;
+// The change socket's receive buffer: room for a few hundred link messages
+// (each charged at 4 KiB or more) between two bridge connections.
+constexpr int kChangeBuffer = 4 << 20;
+
+// Receives one datagram: its real length (MSG_TRUNC), or -1 with errno.
+// *kernel is false for one another process sent to the socket (a holder of
+// CAP_NET_ADMIN over the namespace can), which the caller must not read.
+ssize_t recv_datagram(int fd, char* buf, size_t size, int flags, bool* kernel) {
+  while (true) {
+    sockaddr_nl from{};
+    socklen_t len = sizeof from;
+    ssize_t n =
+        ::recvfrom(fd, buf, size, flags | MSG_TRUNC, reinterpret_cast<sockaddr*>(&from), &len);
+    if (n < 0 && errno == EINTR) continue;
+    *kernel = len >= sizeof from && from.nl_family == AF_NETLINK && from.nl_pid == 0;
+    return n;
+  }
+}
+
+// Walks the messages of one datagram of `n` bytes (n <= the buffer's size).
+template <typename Fn>
+void each_message(char* buf, ssize_t n, Fn&& fn) {
+  int left = static_cast<int>(n);
+  for (auto* nh = reinterpret_cast<nlmsghdr*>(buf); NLMSG_OK(nh, left); nh = NLMSG_NEXT(nh, left))
+    if (!fn(nh)) return;
+}
+
+// An address message's ifindex and address as text ("10.89.0.1"): IFA_LOCAL,
+// else IFA_ADDRESS (they differ only on point-to-point links). false for a
+// message too short, an attribute too short for its family, no address, or
+// an IPv6 link-local address (the same one is on several links, and the
+// socket address carries no scope: it cannot name one).
+bool addr_of(const nlmsghdr* nh, int* index, std::string* text) {
+  if (nh->nlmsg_len < NLMSG_SPACE(sizeof(ifaddrmsg))) return false;
   auto* ifa = static_cast<const ifaddrmsg*>(NLMSG_DATA(nh));
-  int len = static_cast<int>(IFA_PAYLOAD(nh));
+  size_t want = ifa->ifa_family == AF_INET ? 4 : ifa->ifa_family == AF_INET6 ? 16 : 0;
+  if (!want) return false;
+  int len = static_cast<int>(nh->nlmsg_len - NLMSG_SPACE(sizeof(ifaddrmsg)));
   const void* local = nullptr;
   const void* address = nullptr;
   for (auto* a = IFA_RTA(ifa); RTA_OK(a, len); a = RTA_NEXT(a, len)) {
+    if (RTA_PAYLOAD(a) < want) continue;
     if (a->rta_type == IFA_LOCAL) local = RTA_DATA(a);
     if (a->rta_type == IFA_ADDRESS) address = RTA_DATA(a);
   }
   const void* ip = local ? local : address;
-  char text[INET6_ADDRSTRLEN] = "";
-  if (!ip || !inet_ntop(ifa->ifa_family, ip, text, sizeof text)) return "";
-  return text;
+  if (!ip) return false;
+  if (want == 16 && IN6_IS_ADDR_LINKLOCAL(static_cast<const in6_addr*>(ip))) return false;
+  char buf[INET6_ADDRSTRLEN] = "";
+  if (!inet_ntop(ifa->ifa_family, ip, buf, sizeof buf)) return false;
+  *index = static_cast<int>(ifa->ifa_index);
+  *text = buf;
+  return true;
 }
 
-// A link message's IFLA_IFNAME, or nullptr.
+// A link message's ifinfomsg, or nullptr when too short.
+const ifinfomsg* link_of(const nlmsghdr* nh) {
+  if (nh->nlmsg_len < NLMSG_SPACE(sizeof(ifinfomsg))) return nullptr;
+  return static_cast<const ifinfomsg*>(NLMSG_DATA(nh));
+}
+
+// A link message's IFLA_IFNAME (NUL-terminated within the attribute), or
+// nullptr.
 const char* link_name(const nlmsghdr* nh) {
-  auto* ifi = static_cast<const ifinfomsg*>(NLMSG_DATA(nh));
-  int len = static_cast<int>(IFLA_PAYLOAD(nh));
-  for (auto* a = IFLA_RTA(ifi); RTA_OK(a, len); a = RTA_NEXT(a, len))
-    if (a->rta_type == IFLA_IFNAME) return static_cast<const char*>(RTA_DATA(a));
+  const ifinfomsg* ifi = link_of(nh);
+  if (!ifi) return nullptr;
+  int len = static_cast<int>(nh->nlmsg_len - NLMSG_SPACE(sizeof(ifinfomsg)));
+  for (auto* a = IFLA_RTA(ifi); RTA_OK(a, len); a = RTA_NEXT(a, len)) {
+    if (a->rta_type != IFLA_IFNAME) continue;
+    auto* name = static_cast<const char*>(RTA_DATA(a));
+    size_t n = RTA_PAYLOAD(a);
+    return n > 1 && std::memchr(name, 0, n) && name[0] ? name : nullptr;
+  }
   return nullptr;
 }
 
@@ -176,32 +209,67 @@ Result<void> nl_dump(int fd, uint16_t type, uint32_t seq,
   if (::send(fd, &req, sizeof req, 0) != static_cast<ssize_t>(sizeof req))
     return make_error(Errc::io, "rtnetlink send: {}", strerror(errno));
   alignas(nlmsghdr) char buf[32768];
+  // SO_RCVTIMEO bounds a kernel that does not answer; this, datagrams that
+  // keep coming from elsewhere.
+  const uint64_t deadline = mono_ms() + 2000;
   while (true) {
-    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return make_error(Errc::io, "rtnetlink recv: {}", strerror(errno));
-    }
-    for (auto* nh = reinterpret_cast<nlmsghdr*>(buf); NLMSG_OK(nh, static_cast<size_t>(n));
-         nh = NLMSG_NEXT(nh, n)) {
-      if (nh->nlmsg_seq != seq) continue;
-      if (nh->nlmsg_type == NLMSG_DONE) return {};
-      if (nh->nlmsg_type == NLMSG_ERROR) return make_error(Errc::io, "rtnetlink dump failed");
+    if (mono_ms() > deadline) return make_error(Errc::io, "rtnetlink dump: no end within 2 s");
+    bool kernel = false;
+    ssize_t n = recv_datagram(fd, buf, sizeof buf, 0, &kernel);
+    if (n < 0) return make_error(Errc::io, "rtnetlink recv: {}", strerror(errno));
+    if (!kernel) continue;
+    if (static_cast<size_t>(n) > sizeof buf)
+      return make_error(Errc::io, "rtnetlink dump: a {}-byte reply does not fit", n);
+    bool done = false;
+    const char* failed = nullptr;
+    each_message(buf, n, [&](const nlmsghdr* nh) {
+      if (nh->nlmsg_seq != seq) return true;
+      if (nh->nlmsg_type == NLMSG_DONE) done = true;
+      if (nh->nlmsg_type == NLMSG_ERROR) failed = "rtnetlink dump failed";
+      if (done || failed) return false;
       each(nh);
-    }
+      return true;
+    });
+    if (failed) return make_error(Errc::io, "{}", failed);
+    if (done) return {};
   }
 }
 
 }  // namespace
 
+Result<void> IfaceMap::open() {
+  nl_.reset(::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE));
+  if (!nl_) return make_error(Errc::io, "rtnetlink socket: {}", strerror(errno));
+  sockaddr_nl sa{};
+  sa.nl_family = AF_NETLINK;
+  if (::bind(nl_.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0)
+    return make_error(Errc::io, "rtnetlink bind: {}", strerror(errno));
+  timeval tv{1, 0};
+  setsockopt(nl_.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  // Subscribed before the first dump, so no change falls between the two.
+  events_.reset(::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, NETLINK_ROUTE));
+  if (!events_) return make_error(Errc::io, "rtnetlink socket: {}", strerror(errno));
+  // Root may pass rmem_max; without the privilege the default stays (an
+  // overflow only costs a dump).
+  if (setsockopt(events_.get(), SOL_SOCKET, SO_RCVBUFFORCE, &kChangeBuffer, sizeof kChangeBuffer) !=
+      0)
+    setsockopt(events_.get(), SOL_SOCKET, SO_RCVBUF, &kChangeBuffer, sizeof kChangeBuffer);
+  sockaddr_nl ev{};
+  ev.nl_family = AF_NETLINK;
+  ev.nl_groups = RTMGRP_LINK | RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR;
+  if (::bind(events_.get(), reinterpret_cast<sockaddr*>(&ev), sizeof ev) != 0)
+    return make_error(Errc::io, "rtnetlink bind (link and address changes): {}", strerror(errno));
+  return refresh();
+}
+
 bool IfaceMap::catch_up() {
   bool whole = true;
   alignas(nlmsghdr) char buf[16384];
-  while (true) {
-    // MSG_TRUNC: the datagram's real length, so a cut-off one is seen as such.
-    ssize_t n = ::recv(events_.get(), buf, sizeof buf, MSG_DONTWAIT | MSG_TRUNC);
+  for (int i = 0; i < kMaxChangeDatagrams; ++i) {
+    bool kernel = false;
+    ssize_t n = recv_datagram(events_.get(), buf, sizeof buf, MSG_DONTWAIT, &kernel);
+    if (n >= 0 && !kernel) continue;  // not the kernel's: dropped unread
     if (n < 0) {
-      if (errno == EINTR) continue;
       if (errno == ENOBUFS) {  // the queue overflowed: some changes were lost
         whole = false;
         continue;
@@ -209,42 +277,52 @@ bool IfaceMap::catch_up() {
       return whole;  // EAGAIN: drained
     }
     if (static_cast<size_t>(n) > sizeof buf) {
-      whole = false;
+      whole = false;  // cut off
       continue;
     }
-    for (auto* nh = reinterpret_cast<nlmsghdr*>(buf); NLMSG_OK(nh, static_cast<size_t>(n));
-         nh = NLMSG_NEXT(nh, n))
+    each_message(buf, n, [&](const nlmsghdr* nh) {
       if (!apply(nh)) whole = false;
+      return true;
+    });
   }
+  // More queued than one lookup applies: re-read instead (what stays queued
+  // is applied later, to a map that holds it already, and changes nothing).
+  return false;
 }
 
 bool IfaceMap::apply(const nlmsghdr* nh) {
   switch (nh->nlmsg_type) {
     case RTM_NEWADDR:
     case RTM_DELADDR: {
-      if (nh->nlmsg_len < NLMSG_LENGTH(sizeof(ifaddrmsg))) return false;
-      int index = static_cast<int>(static_cast<const ifaddrmsg*>(NLMSG_DATA(nh))->ifa_index);
-      std::string ip = addr_text(nh);
-      if (ip.empty()) return false;
+      int index = 0;
+      std::string ip;
+      if (!addr_of(nh, &index, &ip)) {
+        // Link-local, or not an address this map can hold: nothing changes.
+        // Too short to read: re-read.
+        return nh->nlmsg_len >= NLMSG_SPACE(sizeof(ifaddrmsg));
+      }
+      auto it = by_ip_.find(ip);
       if (nh->nlmsg_type == RTM_DELADDR) {
-        // Only this link's: the same address may be on another one too (a
-        // re-read on the next miss finds it there).
-        auto it = by_ip_.find(ip);
-        if (it != by_ip_.end() && it->second.index == index) by_ip_.erase(it);
-        return true;
+        if (it == by_ip_.end() || it->second.index != index) return true;
+        // The holder went. Another link may hold the same address too, and
+        // only a dump says which (picked as refresh() always picks).
+        by_ip_.erase(it);
+        return false;
       }
       auto name = names_.find(index);
       if (name == names_.end()) return false;  // a link not seen: re-read
+      if (it != by_ip_.end() && it->second.index != index) return false;  // two holders: re-read
       by_ip_[ip] = Entry{index, name->second};
       return true;
     }
     case RTM_NEWLINK:
     case RTM_DELLINK: {
-      if (nh->nlmsg_len < NLMSG_LENGTH(sizeof(ifinfomsg))) return false;
-      auto* ifi = static_cast<const ifinfomsg*>(NLMSG_DATA(nh));
+      const ifinfomsg* ifi = link_of(nh);
+      if (!ifi) return false;
       // AF_BRIDGE: a port joining, leaving or changing state; the link stays.
       if (ifi->ifi_family == AF_BRIDGE) return true;
       if (nh->nlmsg_type == RTM_DELLINK) {
+        // The kernel has sent RTM_DELADDR for its addresses first.
         names_.erase(ifi->ifi_index);
         std::erase_if(by_ip_, [&](const auto& kv) { return kv.second.index == ifi->ifi_index; });
         return true;
@@ -270,17 +348,17 @@ Result<void> IfaceMap::refresh() {
   uint32_t& seq = nl_seq_;
   std::unordered_map<int, std::string> names;
   FY_TRY(nl_dump(nl_.get(), RTM_GETLINK, ++seq, [&](const nlmsghdr* nh) {
-    if (nh->nlmsg_type != RTM_NEWLINK) return;
-    if (const char* name = link_name(nh))
-      names[static_cast<const ifinfomsg*>(NLMSG_DATA(nh))->ifi_index] = name;
+    const ifinfomsg* ifi = link_of(nh);
+    if (nh->nlmsg_type != RTM_NEWLINK || !ifi) return;
+    if (const char* name = link_name(nh)) names[ifi->ifi_index] = name;
   }));
   std::unordered_map<std::string, Entry> by_ip;
   FY_TRY(nl_dump(nl_.get(), RTM_GETADDR, ++seq, [&](const nlmsghdr* nh) {
-    if (nh->nlmsg_type != RTM_NEWADDR) return;
-    std::string ip = addr_text(nh);
-    int index = static_cast<int>(static_cast<const ifaddrmsg*>(NLMSG_DATA(nh))->ifa_index);
-    auto it = names.find(index);
-    if (!ip.empty() && it != names.end()) by_ip[ip] = Entry{index, it->second};
+    int index = 0;
+    std::string ip;
+    if (nh->nlmsg_type != RTM_NEWADDR || !addr_of(nh, &index, &ip)) return;
+    // Two links holding one address: the last in the dump's (ifindex) order.
+    if (auto it = names.find(index); it != names.end()) by_ip[ip] = Entry{index, it->second};
   }));
   names_ = std::move(names);
   by_ip_ = std::move(by_ip);
@@ -288,15 +366,23 @@ Result<void> IfaceMap::refresh() {
 }
 
 std::string IfaceMap::name_for(const std::string& ip) {
-  // Changes applied in order; a re-read only when one could not be (lost to
-  // an overflow, a link never seen). A failed re-read leaves no map rather
-  // than a stale one: lookups say "unknown" until a miss re-reads it (at most
-  // every 10 ms).
-  if (!catch_up() && !refresh()) by_ip_.clear();
+  // Changes are applied in order; the map is re-read only when one could not
+  // be (lost to an overflow, a link never seen, two holders of one address).
+  // Until a re-read succeeds the map is stale; a failed one leaves no map
+  // rather than a stale one (lookups say "unknown") and is retried at most
+  // every 10 ms, as a miss is.
+  if (!catch_up()) stale_ = true;
+  if (stale_ && (!refresh_failed_ || mono_ms() - last_refresh_ms_ >= 10)) {
+    refresh_failed_ = !refresh();
+    if (refresh_failed_) by_ip_.clear();
+    stale_ = refresh_failed_;
+  }
   auto it = by_ip_.find(ip);
   if (it != by_ip_.end()) return it->second.name;
   if (!nl_ || mono_ms() - last_refresh_ms_ < 10) return "";
-  if (!refresh()) return "";
+  refresh_failed_ = !refresh();
+  stale_ = refresh_failed_;
+  if (refresh_failed_) by_ip_.clear();
   it = by_ip_.find(ip);
   return it == by_ip_.end() ? "" : it->second.name;
 }

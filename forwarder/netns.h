@@ -61,12 +61,16 @@ Result<void> check_port_free(const std::string& ip, uint16_t port);
 // changes (made before the first dump, so nothing falls between). A change (a
 // bridge renamed, removed or re-made with another name on the same subnet, an
 // address added or removed) is queued on the second socket by the time the
-// call that made it returns; every lookup first applies what is queued, in
+// call that made it returns (an IPv6 address after DAD, later; a tentative one
+// takes no connections); every lookup first applies what is queued, in
 // order, so a lookup after a change answers as the kernel would. (Applying a
 // change the dump already held changes nothing: each message sets or removes
 // one entry.) A dump only at the start, when a change could not be applied
-// (the queue overflowed, an address on a link never seen), or on a miss.
-// Not thread-safe: the listener holds a lock around it.
+// (the queue overflowed or ran long, an address on a link never seen or on a
+// second link, its holder removing it), or on a miss. Datagrams from anyone
+// but the kernel are dropped unread; IPv6 link-local addresses are not mapped
+// (one is on several links, and a socket address names no scope). Not
+// thread-safe: the listener holds a lock around it.
 class IfaceMap {
  public:
   // Must be called in the namespace (e.g. inside run_in_netns).
@@ -95,6 +99,8 @@ class IfaceMap {
   std::unordered_map<int, std::string> names_;  // ifindex -> name
   uint64_t last_refresh_ms_ = 0;
   uint64_t refreshes_ = 0;
+  bool stale_ = false;           // a change could not be applied; not re-read since
+  bool refresh_failed_ = false;  // the last re-read failed (retried every 10 ms)
   uint32_t nl_seq_ = 1;  // this socket's netlink sequence numbers
 };
 
