@@ -342,6 +342,12 @@ bool IfaceMap::apply(const nlmsghdr* nh) {
   }
 }
 
+void IfaceMap::reread() {
+  refresh_failed_ = !refresh();
+  stale_ = refresh_failed_;
+  if (refresh_failed_) by_ip_.clear();
+}
+
 Result<void> IfaceMap::refresh() {
   last_refresh_ms_ = mono_ms();
   ++refreshes_;
@@ -372,17 +378,11 @@ std::string IfaceMap::name_for(const std::string& ip) {
   // rather than a stale one (lookups say "unknown") and is retried at most
   // every 10 ms, as a miss is.
   if (!catch_up()) stale_ = true;
-  if (stale_ && (!refresh_failed_ || mono_ms() - last_refresh_ms_ >= 10)) {
-    refresh_failed_ = !refresh();
-    if (refresh_failed_) by_ip_.clear();
-    stale_ = refresh_failed_;
-  }
+  if (stale_ && (!refresh_failed_ || mono_ms() - last_refresh_ms_ >= 10)) reread();
   auto it = by_ip_.find(ip);
   if (it != by_ip_.end()) return it->second.name;
   if (!nl_ || mono_ms() - last_refresh_ms_ < 10) return "";
-  refresh_failed_ = !refresh();
-  stale_ = refresh_failed_;
-  if (refresh_failed_) by_ip_.clear();
+  reread();
   it = by_ip_.find(ip);
   return it == by_ip_.end() ? "" : it->second.name;
 }

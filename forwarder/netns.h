@@ -88,6 +88,8 @@ class IfaceMap {
     std::string name;
   };
   Result<void> refresh();
+  // refresh(), keeping stale_ and refresh_failed_; a failure leaves no map.
+  void reread();
   // Drains the change socket, applying each message; false when one could
   // not be applied (or some were lost), so the map must be re-read.
   bool catch_up();

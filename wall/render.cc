@@ -163,11 +163,11 @@ std::string render_guard(const GuardSpec& g) {
     }
   }
   out += "\t\t# What a user socket sent has been judged. A packet without one (a TIME_WAIT\n";
-  out += "\t\t# socket's ACK or RST, the kernel's reset for a closed port) matches no uid\n";
-  out += "\t\t# rule and no policy route: only conntrack's NAT redirects it. If conntrack\n";
-  out += "\t\t# did not put it on a tracked flow (the entry expired, was replaced or dropped,\n";
-  out += "\t\t# or the packet is out of its window), it would go to the host: dropped. A\n";
-  out += "\t\t# flow's packets (root's too) are tracked, so this never drops one of them.\n";
+  out += "\t\t# or closed socket's ACK, FIN or RST, the kernel's reset for a closed port)\n";
+  out += "\t\t# matches no uid rule and no policy route: only conntrack's NAT redirects it.\n";
+  out += "\t\t# If conntrack did not put it on a tracked flow (the entry expired, was\n";
+  out += "\t\t# replaced or dropped, or the packet is out of its window), it would go to the\n";
+  out += "\t\t# host: dropped, whoever's it was. A tracked flow's packets all pass.\n";
   out += "\t\tmeta skuid 0-4294967295 accept\n";
   for (const PortRange& p : g.ports) {
     out += fmt::format(

@@ -525,20 +525,18 @@ http {{
         for name, fmt, key, added, _, _ in rows:
             if key in ("small_p50_ms", "small_p99_ms"):
                 padd = f("%+.3f ms", peer_added[key])
-            elif key.startswith("tp"):
-                padd = pct(s[key]["peer"], s[key]["direct"])
-            elif key == "conn_per_s":
+            elif key.startswith("tp") or key == "conn_per_s":
                 padd = pct(s[key]["peer"], s[key]["direct"])
             else:
                 padd = diff(s[key]["peer"], s[key]["direct"], "%+.3f ms")
             out.append("%-32s %12s %18s %12s %12s  %s" % (
                 name, f(fmt, s[key]["direct"]), f(fmt, s[key]["via"]), f(fmt, s[key]["peer"]),
-                padd, f(fmt.replace("%", "%+", 1), paired("peer", "via", key))))
+                padd, f(fmt.replace("%", "%+", 1), peer_paired[key])))
         for name, fmt, key in (("relay CPU per GiB relayed", "%.3f s", "cpu_s_per_GiB"),
                                ("relay CPU per connection", "%.1f us", "fwd_cpu_us_per_conn")):
             out.append("%-32s %12s %18s %12s %12s  %s" % (
                 name, "-", f(fmt, s[key]["via"]), f(fmt, s[key]["peer"]), "",
-                f(fmt.replace("%", "%+", 1), paired("peer", "via", key))))
+                f(fmt.replace("%", "%+", 1), peer_paired[key])))
         out.append("errors: peer %d" % errors["peer"])
     print("\n".join(out))
     path = a.out or os.path.join(os.path.abspath(a.build), "bench-forwarder.json")
