@@ -1,5 +1,7 @@
 #include "forwarder/attrib.h"
 
+#include "forwarder/bpf/sock_owner.h"
+
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <dirent.h>
@@ -33,12 +35,7 @@ namespace fy::fwd {
 
 class BpfRecorder {
  public:
-  struct Owner {
-    uint64_t cgroup_id;
-    uint32_t tgid;
-    uint32_t uid;
-    uint64_t when_ns;
-  };
+  using Owner = fy_owner;  // the map's value, as the BPF program writes it
 
   ~BpfRecorder() {
     for (bpf_link* l : links_) bpf_link__destroy(l);

@@ -9,12 +9,7 @@
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 
-struct fy_owner {
-  __u64 cgroup_id;
-  __u32 tgid;
-  __u32 uid;
-  __u64 when_ns;
-};
+#include "sock_owner.h"
 
 struct {
   __uint(type, BPF_MAP_TYPE_LRU_HASH);
