@@ -5,7 +5,10 @@
 # Contracts (docs/fy-compose.md):
 #   - the env is the host's request over a few names the guest's own podman
 #     needs (PATH, HOME, USER, LOGNAME, XDG_RUNTIME_DIR); REGISTRY_AUTH_FILE
-#     names a file that does not exist, so no registry login in the VM is used;
+#     names no login: an in-memory file (memfd) holding {"auths": {}}, reached
+#     as /proc/<runner>/fd/N, so no registry login in the VM is used and
+#     nothing is written to disk (podman 4.3's create refuses an authfile that
+#     does not exist, so "a missing file" cannot be used as the seed's was);
 #   - CONTAINER_HOST must be set, so podman-compose's `podman` is a remote
 #     client of the API socket (without it, podman would run containers
 #     locally under crun, past the socket filter): refused otherwise, rc 3;
@@ -24,7 +27,12 @@ import threading
 import time
 
 GUEST_KEEP = ("PATH", "HOME", "USER", "LOGNAME", "XDG_RUNTIME_DIR")
-MISSING_AUTH = "/nonexistent/fy-compose/no-registry-login.json"
+
+
+def no_login_file():
+    fd = os.memfd_create("fy-compose-no-registry-login", os.MFD_CLOEXEC)
+    os.write(fd, b'{"auths": {}}\n')
+    return "/proc/%d/fd/%d" % (os.getpid(), fd)  # lives as long as this process
 
 
 def fail(rc, msg):
@@ -77,7 +85,7 @@ def main(req, manifest, sha256):
 
     env = {k: os.environ[k] for k in GUEST_KEEP if k in os.environ}
     env.update({str(k): str(v) for k, v in (req.get("env") or {}).items()})
-    env["REGISTRY_AUTH_FILE"] = MISSING_AUTH
+    env["REGISTRY_AUTH_FILE"] = no_login_file()
     env.pop("PODMAN_COMPOSE_PROVIDER", None)
     if not env.get("CONTAINER_HOST"):
         fail(3, "CONTAINER_HOST is not set in the request, so podman would run containers "

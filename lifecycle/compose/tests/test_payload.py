@@ -12,7 +12,7 @@ sends). No guest is needed for these: they check the payload itself.
     missing here (rc 4, naming it); it waits for a -f file that appears late
     (and, with --wait 0, the same call fails: the control);
   - podman-compose's podman (a recording stand-in first on PATH, the only fake
-    here) gets REGISTRY_AUTH_FILE pointing at a missing file and CONTAINER_HOST.
+    here) gets REGISTRY_AUTH_FILE naming an in-memory file with no login and CONTAINER_HOST.
 """
 import base64
 import hashlib
@@ -160,7 +160,8 @@ def main():
         log = os.path.join(tmp, "podman.log")
         with open(os.path.join(fake, "podman"), "w") as f:
             f.write("#!/usr/bin/python3\nimport json,os,sys\nopen(%r,'a').write(json.dumps("
-                    "{'argv':sys.argv[1:],'env':dict(os.environ)})+'\\n')\n"
+                    "{'argv':sys.argv[1:],'env':dict(os.environ),'auth':open(os.environ['REGISTRY_AUTH_FILE'])"
+                    ".read()})+'\\n')\n"
                     "if sys.argv[1:2] == ['--version']: print('podman version 4.3.1')\n" % log)
         os.chmod(os.path.join(fake, "podman"), 0o755)
         env = dict(os.environ, HOME="/home/host-op", REGISTRY_AUTH_FILE="/home/host-op/auth.json")
@@ -171,9 +172,11 @@ def main():
               "ps reaches podman-compose's podman (%d calls, rc %d)" % (len(calls), r.returncode))
         if calls:
             e = calls[-1]["env"]
-            check(e.get("REGISTRY_AUTH_FILE", "").startswith("/nonexistent/")
+            check(re.match(r"^/proc/\d+/fd/\d+$", e.get("REGISTRY_AUTH_FILE", "")) is not None
+                  and json.loads(calls[-1]["auth"]) == {"auths": {}}
                   and not os.path.exists(e["REGISTRY_AUTH_FILE"]),
-                  "REGISTRY_AUTH_FILE names a missing file: %s" % e.get("REGISTRY_AUTH_FILE"))
+                  "REGISTRY_AUTH_FILE is the runner's in-memory empty login, gone with it: %s"
+                  % e.get("REGISTRY_AUTH_FILE"))
             check(e.get("CONTAINER_HOST") == "unix:///nonexistent/e.sock",
                   "podman gets the guest-side CONTAINER_HOST")
             check(e.get("HOME") != "/home/host-op", "the host's HOME is not sent")
