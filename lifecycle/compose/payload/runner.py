@@ -21,6 +21,7 @@
 #     "project": ...} on stdout, after podman-compose's own output.
 import json
 import os
+import select
 import signal
 import sys
 import threading
@@ -49,11 +50,21 @@ def end_group(sig):
 
 
 def watch_parent(ppid):
-    # sshd gives a command without a terminal no SIGHUP when the client goes:
-    # the session process exits and we are re-parented. Poll for that.
+    # sshd gives a command without a terminal no SIGHUP when the client goes.
+    # Two signs it went: the reader of our stdout or stderr (sshd) closed its
+    # end (POLLERR on the pipe's write end, whoever our parent is: a shell that
+    # did not exec us may still be alive), or we were re-parented.
+    p = select.poll()
+    for fd in (1, 2):
+        try:
+            os.fstat(fd)
+            p.register(fd, 0)  # errors and hang-ups only
+        except OSError:
+            pass
     while True:
-        time.sleep(0.2)
-        if os.getppid() != ppid:
+        gone = any(ev & (select.POLLERR | select.POLLHUP | select.POLLNVAL)
+                   for _, ev in p.poll(200))
+        if gone or os.getppid() != ppid:
             end_group(signal.SIGTERM)
             time.sleep(1.0)
             end_group(signal.SIGKILL)
