@@ -428,6 +428,30 @@ def main():
                         text=True)
     check(r3.returncode == 69 and "fy-machine is not on PATH" in r3.stderr,
           "no route and no fy-machine: refused, saying so (%r)" % r3.stderr)
+    # the route from fy-machine (built elsewhere; here a stand-in recording its argv)
+    fm = B + "/fmbin"
+    os.makedirs(fm)
+    for name, body in (("ok", "printf '%%s\\n' \"$*\" >> %s/fm-calls.log\n"
+                        "echo '{\"config\": \"%s/ssh/ssh_config\", \"host\": \"fyc16-guest\", "
+                        "\"user\": \"%s\", \"known_hosts\": \"%s/ssh/known_hosts\"}'\n"
+                        % (B, B, USER, B)),
+                       ("down", "echo 'fy-machine: the VM is stopped' >&2; exit 3\n")):
+        write("%s/%s/fy-machine" % (fm, name), "#!/bin/sh\n" + body, mode=0o755)
+    env = {"PATH": fm + "/ok:/usr/bin:/bin"}
+    r5 = subprocess.run([FYC, "--guest-socket", URL, "--project", "app", "-f", "compose.yml",
+                         "config", "--services"], cwd=B + "/work/app", env=env,
+                        capture_output=True, text=True)
+    fm_calls = open(B + "/fm-calls.log").read().splitlines() if os.path.exists(
+        B + "/fm-calls.log") else []
+    check(r5.returncode == 0 and r5.stdout.split() == ["built", "web"]
+          and fm_calls == ["ssh-target --json"],
+          "no --ssh-*: the route is fy-machine ssh-target --json's (calls %s)" % fm_calls)
+    r6 = subprocess.run([FYC, "--guest-socket", URL, "--project", "app", "ps"],
+                        cwd=B + "/work/app", env={"PATH": fm + "/down:/usr/bin:/bin"},
+                        capture_output=True, text=True)
+    check(r6.returncode == 69 and "fy-machine ssh-target --json failed (rc 3)" in r6.stderr
+          and "the VM is stopped" in r6.stderr,
+          "fy-machine failing: refused, saying so (%r)" % r6.stderr)
     os.makedirs(B + "/hostonly", exist_ok=True)
     r4 = subprocess.run([FYC, "--ssh-config", B + "/ssh/ssh_config", "--ssh-host", "fyc16-guest",
                          "--guest-socket", URL, "--project", "app", "ps"], cwd=B + "/hostonly",
