@@ -312,7 +312,7 @@ Options parse_args(int argc, char** argv) {
   return o;
 }
 
-Request make_request(const Options& o) {
+Request make_request(const Options& o, std::vector<std::string>* widenings = nullptr) {
   if (o.project.empty()) die(2, "--project is required: the host acts only on the project it names");
   Env host = host_environment();
   EnvInput in;
@@ -330,8 +330,12 @@ Request make_request(const Options& o) {
   r.cwd = cwd();
   r.wait_s = o.wait_s;
   for (const auto& f : o.files) r.files.push_back(f.starts_with("/") ? f : r.cwd + "/" + f);
-  for (const auto& w : plan->widenings)
-    fmt::print(stderr, "fy-compose: widening: compose_env sends {} to the guest\n", w);
+  if (widenings) {
+    *widenings = plan->widenings;
+  } else {
+    for (const auto& w : plan->widenings)
+      fmt::print(stderr, "fy-compose: widening: compose_env sends {} to the guest\n", w);
+  }
   return r;
 }
 
@@ -431,12 +435,11 @@ int main_(int argc, char** argv) {
   const std::string& verb = o.rest[0];
   if (verb == "shell" || verb == "exec") return verb_shell(o);
   if (verb == "env") {
-    Request r = make_request(o);
+    std::vector<std::string> widenings;
+    Request r = make_request(o, &widenings);
     nlohmann::json j;
     j["env"] = r.env;
-    j["widenings"] = o.compose_env.empty() ? nlohmann::json::array() : nlohmann::json::array();
-    for (const auto& n : o.compose_env)
-      if (r.env.contains(n)) j["widenings"].push_back(n);
+    j["widenings"] = widenings;
     fmt::print("{}\n", j.dump());
     return 0;
   }
