@@ -219,7 +219,13 @@ def teardown():
             p.wait(timeout=15)
         except subprocess.TimeoutExpired:
             p.kill()
-    subprocess.run(["pkill", "-KILL", "-u", USER], capture_output=True)
+    # whatever the throwaway VM user still runs is this test's: end it by pid
+    left = subprocess.run(["pgrep", "-u", USER], capture_output=True, text=True).stdout.split()
+    for pid in left:
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except OSError:
+            pass
     subprocess.run(["/usr/sbin/userdel", USER], capture_output=True)
     subprocess.run(["umount", "-R", B + "/storage/overlay"], capture_output=True)
     shutil.rmtree(B, ignore_errors=True)
