@@ -458,6 +458,20 @@ def main():
     check(r6.returncode == 69 and "fy-machine ssh-target --json failed (rc 3)" in r6.stderr
           and "the VM is stopped" in r6.stderr,
           "fy-machine failing: refused, saying so (%r)" % r6.stderr)
+    # the stream damaged on its way (a real ssh behind a filter that cuts or alters stdin)
+    for name, filt, rc, text in (
+            ("cut", "head -c 40000", 70, "did not arrive whole"),
+            ("flip", "/usr/bin/python3 -c \"import sys; d = bytearray(sys.stdin.buffer.read()); "
+                     "i = d.index(b'_fy_boot(') + 30000; d[i] = 65 if d[i] != 65 else 66; "
+                     "sys.stdout.buffer.write(d)\"", 97, "arrived corrupt")):
+        d = B + "/damage-" + name
+        write(d + "/ssh", "#!/bin/sh\n%s | /usr/bin/ssh \"$@\"\n" % filt, mode=0o755)
+        r7 = subprocess.run([FYC, "--ssh-config", B + "/ssh/ssh_config", "--ssh-host",
+                             "fyc16-guest", "--guest-socket", URL, "--project", "app", "-f",
+                             "compose.yml", "config", "--services"], cwd=B + "/work/app",
+                            env={"PATH": d + ":/usr/bin:/bin"}, capture_output=True, text=True)
+        check(r7.returncode == rc and text in r7.stderr and not r7.stdout,
+              "payload %s on the way: rc %d, %r" % (name, r7.returncode, r7.stderr[-160:]))
     os.makedirs(B + "/hostonly", exist_ok=True)
     r4 = subprocess.run([FYC, "--ssh-config", B + "/ssh/ssh_config", "--ssh-host", "fyc16-guest",
                          "--guest-socket", URL, "--project", "app", "ps"], cwd=B + "/hostonly",
