@@ -142,14 +142,14 @@ def main():
         for wait, want_ok in (("0", False), ("6", True)):
             s_late = script(proj, "--wait", wait, "-f", "late.yml", "script", "config",
                             "--services")
-            t = threading.Timer(1.0, lambda: open(late, "w").write(
+            t = threading.Timer(3.0, lambda: open(late, "w").write(
                 "services:\n  late:\n    image: localhost/bb:1\n"))
             t.start()
             t0 = time.monotonic()
             r = run_py(s_late, proj)
             t.join()
             ok = r.returncode == 0 and b'"late"' in r.stdout
-            check(ok == want_ok, "--wait %s: a -f file created after 1 s %s (rc %d, %.1fs)"
+            check(ok == want_ok, "--wait %s: a -f file created after 3 s %s (rc %d, %.1fs)"
                   % (wait, "is read" if want_ok else "is missing", r.returncode,
                      time.monotonic() - t0))
             os.unlink(late)
