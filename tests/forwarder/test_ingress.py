@@ -11,7 +11,9 @@ a connection whose source the ingress interface does not route is refused (400
 
 Proves: each container dialling the other bridge's gateway directly is stamped
 with its own bridge and address (or refused; never the other bridge), as are
-its own gateway and the proxy URL; a source address of the other bridge's
+its own gateway and the proxy URL, also where the listener is bound to one
+bridge's address (the redirect then DNATs every bridge's connections to it); a
+source address of the other bridge's
 subnet (or of no bridge) on a container's link is refused and never reaches
 the proxy; the bridge namespace itself (the bridges' own addresses as source)
 is refused. Each of these fails against the forwarder before issue 19.
@@ -86,6 +88,24 @@ class Ingress(unittest.TestCase):
             with self.subTest(container=i, dials="the proxy URL"):
                 target, res = self.fetch(i, "url-%d" % i, "%s:%d" % (GATEWAY, PROXY_PORT))
                 self.assert_own_stamp(target, res, i)
+
+    def test_a_listener_bound_to_one_address_names_the_arrival_bridge(self):
+        # [bridge] listen = podman1's address: the forwarder's redirect is
+        # `dnat to 10.89.0.1` for every bridge, so the destination names
+        # podman1 for podman2's container too. The ingress interface does not.
+        RIG.fwd.stop()
+        cfg = RIG.topo.forwarder_config(RIG.key_file).replace('listen = "0.0.0.0"',
+                                                             'listen = "10.89.0.1"')
+        self.assertIn('listen = "10.89.0.1"', cfg)
+        try:
+            RIG.fwd = RIG.topo.start_forwarder(cfg, name="bound")
+            for i in range(len(RIG.topo.containers)):
+                with self.subTest(container=i):
+                    target, res = self.fetch(i, "bound-%d" % i, None)
+                    self.assert_own_stamp(target, res, i)
+        finally:
+            RIG.fwd.stop()
+            RIG.start_forwarder(name="after-bound")
 
     def test_a_source_the_ingress_link_does_not_route_is_refused(self):
         # Container 0 (podman1) holds a second address, and the bridge
