@@ -39,8 +39,8 @@ struct BridgeConfig {
   // the namespace; the namespace followed is /proc/<pid>/ns/net.
   std::string netns_pid_file;
   std::string listen = "0.0.0.0";
-  // Stamp `net`: "auto" names the interface holding the address the client
-  // connected to (podman1, ...); anything else is written as given.
+  // Stamp `net`: "auto" names the interface the connection arrived on
+  // (podman1, ...; forwarder/ingress.h); anything else is written as given.
   std::string net = "auto";
   uint32_t poll_ms = 250;
   // true: inotify on the path's directory and POLLPRI on /proc/self/mountinfo,

@@ -481,6 +481,7 @@ std::string Forwarder::stats_json() const {
       {"relayed_unstamped", &Counters::relayed_unstamped},
       {"stamps_stripped", &Counters::stamps_stripped},
       {"refused_head", &Counters::refused_head},
+      {"refused_ingress", &Counters::refused_ingress},
       {"head_timeouts", &Counters::head_timeouts},
       {"head_eof", &Counters::head_eof},
       {"redials", &Counters::redials},

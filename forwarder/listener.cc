@@ -35,6 +35,7 @@ Result<std::unique_ptr<Listener>> Listener::open(const std::vector<Worker*>& wor
   auto common = std::make_shared<Common>();
   common->kind = kind;
   common->net = net;
+  common->family = is_ipv6_literal(ip) ? AF_INET6 : AF_INET;
   common->desc = is_ipv6_literal(ip) ? "[" + ip + "]:" : ip + ":";
   for (size_t i = 0; i < cfg.ports.size(); ++i) {
     if (i) common->desc += ',';
@@ -55,6 +56,7 @@ Result<std::unique_ptr<Listener>> Listener::open(const std::vector<Worker*>& wor
       for (Worker* w : workers) {
         auto fd = listen_tcp(ip, rule.port, kBacklog, group);
         if (!fd) return std::move(fd).take_error();
+        if (kind == ListenerKind::bridge) FY_TRY(enable_ingress_ifindex(fd->get(), common->family));
         auto p = std::make_unique<Port>();
         p->common = common;
         p->ctx = &w->ctx();
@@ -64,7 +66,9 @@ Result<std::unique_ptr<Listener>> Listener::open(const std::vector<Worker*>& wor
         l->ports_.emplace_back(w, std::move(p));
       }
     }
-    if (kind == ListenerKind::bridge && net == "auto") FY_TRY(common->ifmap.open());
+    // Every bridge listener judges where its connections came from (a fixed
+    // net too: the source check guards `src`).
+    if (kind == ListenerKind::bridge) FY_TRY(common->ifmap.open());
     return {};
   };
   if (ns_fd >= 0)
@@ -126,6 +130,39 @@ void Listener::Port::on_timer() {
   ctx->engine->modify(fd.get(), EPOLLIN, this);
 }
 
+void Listener::Port::bridge_ingress(Accepted& a) {
+  // The interface the connection arrived on, as the kernel recorded it in the
+  // socket: not the one holding the address the client dialled (a client may
+  // dial another bridge's address; the redirect's rewritten destination
+  // names the ingress link only for what it redirected). One getsockopt a
+  // connection, where the destination lookup took a getsockname.
+  Common& co = *common;
+  const int ifindex = read_ingress_ifindex(a.fd, co.family);
+  const auto* peer = reinterpret_cast<const sockaddr*>(&a.peer);
+  std::string name;
+  {
+    std::lock_guard<std::mutex> g(co.ifmap_mu);
+    const IfLink* link = ifindex > 0 ? co.ifmap.link(ifindex) : nullptr;
+    IngressVerdict v = judge_ingress(ifindex, link, peer);
+    if (v != IngressVerdict::ok) {
+      a.ingress_refusal = ingress_refusal(v, ifindex, link, sockaddr_ip(peer));
+      return;  // not stamped: no net needed
+    }
+    name = link->name;
+  }
+  if (co.net != "auto") {
+    a.net = co.net;
+    return;
+  }
+  // Interface names may hold bytes the stamp's net may not.
+  if (name.size() > 64) name.resize(64);
+  for (char& ch : name)
+    if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+          ch == '_' || ch == '.' || ch == '-'))
+      ch = '_';
+  a.net = std::move(name);
+}
+
 void Listener::Port::accept_on() {
   if (paused) return;
   const Common& co = *common;
@@ -164,13 +201,6 @@ void Listener::Port::accept_on() {
       ::close(cfd);
       continue;
     }
-    // The local address matters only to the VM listener (the 4-tuple for
-    // sock_diag) and to a bridge listener naming its network by interface:
-    // one syscall a connection spared elsewhere.
-    if (co.kind == ListenerKind::vm || co.net == "auto") {
-      socklen_t llen = sizeof a.local;
-      getsockname(cfd, reinterpret_cast<sockaddr*>(&a.local), &llen);
-    }
     a.fd = cfd;
     a.rule = rule;
     a.kind = co.kind;
@@ -178,6 +208,8 @@ void Listener::Port::accept_on() {
       a.net = "host";
       // The client's own view of where it connected: before the wall's
       // redirect if there was one (sock_diag needs the client's 4-tuple).
+      socklen_t llen = sizeof a.local;
+      getsockname(cfd, reinterpret_cast<sockaddr*>(&a.local), &llen);
       std::memcpy(&a.orig_dst, &a.local, sizeof a.local);
       socklen_t olen = sizeof a.orig_dst;
       if (a.local.ss_family == AF_INET) {
@@ -191,20 +223,8 @@ void Listener::Port::accept_on() {
         if (getsockopt(cfd, SOL_IPV6, IP6T_SO_ORIGINAL_DST, &od, &olen) == 0)
           std::memcpy(&a.orig_dst, &od, sizeof od);
       }
-    } else if (co.net == "auto") {
-      {
-        std::lock_guard<std::mutex> g(common->ifmap_mu);
-        a.net = common->ifmap.name_for(sockaddr_ip(reinterpret_cast<sockaddr*>(&a.local)));
-      }
-      if (a.net.empty()) a.net = "unknown";
-      // Interface names may hold bytes the stamp's net may not.
-      if (a.net.size() > 64) a.net.resize(64);
-      for (char& ch : a.net)
-        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-              ch == '_' || ch == '.' || ch == '-'))
-          ch = '_';
-    } else {
-      a.net = co.net;
+    } else if (rule->stamp) {
+      bridge_ingress(a);
     }
     auto* c = new Connection(ctx, std::move(a));
     c->start();

@@ -12,6 +12,8 @@
 // old sockets close only after the new ones accept).
 #pragma once
 
+#include <sys/socket.h>
+
 #include <memory>
 #include <mutex>
 #include <string>
@@ -50,10 +52,11 @@ class Listener {
   // What a listener's ports share, read by whichever worker accepts.
   struct Common {
     ListenerKind kind = ListenerKind::bridge;
-    std::string net;   // "auto" (bridge): the interface of the local address
-    std::string desc;  // describe()
+    int family = AF_INET;  // the listening sockets' (AF_INET6 for an IPv6 listen)
+    std::string net;       // "auto" (bridge): the name of the connection's ingress link
+    std::string desc;      // describe()
     std::mutex ifmap_mu;
-    IfaceMap ifmap;  // guarded by ifmap_mu
+    IfaceMap ifmap;  // bridge listener only; guarded by ifmap_mu
   };
   // One socket of one port, on one worker: touched only on that worker.
   //
@@ -73,6 +76,9 @@ class Listener {
     void on_io(uint32_t events) override { accept_on(); }
     void on_timer() override;
     void accept_on();
+    // A bridge listener's stamped port: a.net from the connection's ingress
+    // link, or a.ingress_refusal when it must not be stamped.
+    void bridge_ingress(Accepted& a);
     // Out of descriptors: reset one waiting client if a spare can be given
     // up; otherwise stop watching for kPauseMs.
     void out_of_fds();

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <sys/statfs.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <thread>
@@ -145,12 +146,11 @@ void each_message(char* buf, ssize_t n, Fn&& fn) {
     if (!fn(nh)) return;
 }
 
-// An address message's ifindex and address as text ("10.89.0.1"): IFA_LOCAL,
-// else IFA_ADDRESS (they differ only on point-to-point links). false for a
-// message too short, an attribute too short for its family, no address, or
-// an IPv6 link-local address (the same one is on several links, and the
-// socket address carries no scope: it cannot name one).
-bool addr_of(const nlmsghdr* nh, int* index, std::string* text) {
+// An address message's ifindex and prefix: the link's own address (IFA_LOCAL,
+// else IFA_ADDRESS) and the prefix it routes (IFA_ADDRESS, else IFA_LOCAL;
+// they differ only on point-to-point links). false for a message too short,
+// an attribute too short for its family, or no address.
+bool prefix_of(const nlmsghdr* nh, int* index, IfPrefix* out) {
   if (nh->nlmsg_len < NLMSG_SPACE(sizeof(ifaddrmsg))) return false;
   auto* ifa = static_cast<const ifaddrmsg*>(NLMSG_DATA(nh));
   size_t want = ifa->ifa_family == AF_INET ? 4 : ifa->ifa_family == AF_INET6 ? 16 : 0;
@@ -163,13 +163,13 @@ bool addr_of(const nlmsghdr* nh, int* index, std::string* text) {
     if (a->rta_type == IFA_LOCAL) local = RTA_DATA(a);
     if (a->rta_type == IFA_ADDRESS) address = RTA_DATA(a);
   }
-  const void* ip = local ? local : address;
-  if (!ip) return false;
-  if (want == 16 && IN6_IS_ADDR_LINKLOCAL(static_cast<const in6_addr*>(ip))) return false;
-  char buf[INET6_ADDRSTRLEN] = "";
-  if (!inet_ntop(ifa->ifa_family, ip, buf, sizeof buf)) return false;
+  if (!local && !address) return false;
+  *out = IfPrefix{};
+  out->family = ifa->ifa_family;
+  std::memcpy(out->local.data(), local ? local : address, want);
+  std::memcpy(out->net.data(), address ? address : local, want);
+  out->len = ifa->ifa_prefixlen;
   *index = static_cast<int>(ifa->ifa_index);
-  *text = buf;
   return true;
 }
 
@@ -295,24 +295,20 @@ bool IfaceMap::apply(const nlmsghdr* nh) {
     case RTM_NEWADDR:
     case RTM_DELADDR: {
       int index = 0;
-      std::string ip;
-      if (!addr_of(nh, &index, &ip)) {
-        // Link-local, or not an address this map can hold: nothing changes.
-        // Too short to read: re-read.
+      IfPrefix p;
+      if (!prefix_of(nh, &index, &p)) {
+        // Not an address this map can hold: nothing changes. Too short to
+        // read: re-read.
         return nh->nlmsg_len >= NLMSG_SPACE(sizeof(ifaddrmsg));
       }
-      auto it = by_ip_.find(ip);
+      auto it = links_.find(index);
       if (nh->nlmsg_type == RTM_DELADDR) {
-        if (it == by_ip_.end() || it->second.index != index) return true;
-        // The holder went. Another link may hold the same address too, and
-        // only a dump says which (picked as refresh() always picks).
-        by_ip_.erase(it);
-        return false;
+        if (it != links_.end()) std::erase(it->second.prefixes, p);
+        return true;
       }
-      auto name = names_.find(index);
-      if (name == names_.end()) return false;  // a link not seen: re-read
-      if (it != by_ip_.end() && it->second.index != index) return false;  // two holders: re-read
-      by_ip_[ip] = Entry{index, name->second};
+      if (it == links_.end()) return false;  // a link not seen: re-read
+      auto& ps = it->second.prefixes;
+      if (std::find(ps.begin(), ps.end(), p) == ps.end()) ps.push_back(p);
       return true;
     }
     case RTM_NEWLINK:
@@ -322,19 +318,13 @@ bool IfaceMap::apply(const nlmsghdr* nh) {
       // AF_BRIDGE: a port joining, leaving or changing state; the link stays.
       if (ifi->ifi_family == AF_BRIDGE) return true;
       if (nh->nlmsg_type == RTM_DELLINK) {
-        // The kernel has sent RTM_DELADDR for its addresses first.
-        names_.erase(ifi->ifi_index);
-        std::erase_if(by_ip_, [&](const auto& kv) { return kv.second.index == ifi->ifi_index; });
+        // Its addresses go with it (the kernel has sent RTM_DELADDR first).
+        links_.erase(ifi->ifi_index);
         return true;
       }
       const char* name = link_name(nh);
       if (!name) return false;
-      std::string& known = names_[ifi->ifi_index];
-      if (known != name) {  // new, or renamed
-        known = name;
-        for (auto& [ip, e] : by_ip_)
-          if (e.index == ifi->ifi_index) e.name = known;
-      }
+      links_[ifi->ifi_index].name = name;  // new, or renamed
       return true;
     }
     default:
@@ -345,46 +335,79 @@ bool IfaceMap::apply(const nlmsghdr* nh) {
 void IfaceMap::reread() {
   refresh_failed_ = !refresh();
   stale_ = refresh_failed_;
-  if (refresh_failed_) by_ip_.clear();
+  if (refresh_failed_) links_.clear();
 }
 
 Result<void> IfaceMap::refresh() {
   last_refresh_ms_ = mono_ms();
   ++refreshes_;
   uint32_t& seq = nl_seq_;
-  std::unordered_map<int, std::string> names;
+  std::unordered_map<int, IfLink> links;
   FY_TRY(nl_dump(nl_.get(), RTM_GETLINK, ++seq, [&](const nlmsghdr* nh) {
     const ifinfomsg* ifi = link_of(nh);
     if (nh->nlmsg_type != RTM_NEWLINK || !ifi) return;
-    if (const char* name = link_name(nh)) names[ifi->ifi_index] = name;
+    if (const char* name = link_name(nh)) links[ifi->ifi_index].name = name;
   }));
-  std::unordered_map<std::string, Entry> by_ip;
   FY_TRY(nl_dump(nl_.get(), RTM_GETADDR, ++seq, [&](const nlmsghdr* nh) {
     int index = 0;
-    std::string ip;
-    if (nh->nlmsg_type != RTM_NEWADDR || !addr_of(nh, &index, &ip)) return;
-    // Two links holding one address: the last in the dump's (ifindex) order.
-    if (auto it = names.find(index); it != names.end()) by_ip[ip] = Entry{index, it->second};
+    IfPrefix p;
+    if (nh->nlmsg_type != RTM_NEWADDR || !prefix_of(nh, &index, &p)) return;
+    // An address on a link the link dump did not have (made between the
+    // two): the change socket brings both, in order.
+    if (auto it = links.find(index); it != links.end()) it->second.prefixes.push_back(p);
   }));
-  names_ = std::move(names);
-  by_ip_ = std::move(by_ip);
+  links_ = std::move(links);
   return {};
 }
 
-std::string IfaceMap::name_for(const std::string& ip) {
+const IfLink* IfaceMap::link(int index) {
   // Changes are applied in order; the map is re-read only when one could not
-  // be (lost to an overflow, a link never seen, two holders of one address).
-  // Until a re-read succeeds the map is stale; a failed one leaves no map
-  // rather than a stale one (lookups say "unknown") and is retried at most
-  // every 10 ms, as a miss is.
+  // be (lost to an overflow, an address on a link never seen). Until a
+  // re-read succeeds the map is stale; a failed one leaves no map rather than
+  // a stale one (every lookup misses, and the connection is refused) and is
+  // retried at most every 10 ms, as a miss is.
   if (!catch_up()) stale_ = true;
   if (stale_ && (!refresh_failed_ || mono_ms() - last_refresh_ms_ >= 10)) reread();
-  auto it = by_ip_.find(ip);
-  if (it != by_ip_.end()) return it->second.name;
-  if (!nl_ || mono_ms() - last_refresh_ms_ < 10) return "";
+  auto it = links_.find(index);
+  if (it != links_.end()) return &it->second;
+  if (!nl_ || mono_ms() - last_refresh_ms_ < 10) return nullptr;
   reread();
-  it = by_ip_.find(ip);
-  return it == by_ip_.end() ? "" : it->second.name;
+  it = links_.find(index);
+  return it == links_.end() ? nullptr : &it->second;
+}
+
+Result<void> enable_ingress_ifindex(int listen_fd, int family) {
+  if (family != AF_INET) return {};
+  int one = 1;
+  if (setsockopt(listen_fd, IPPROTO_IP, IP_PKTINFO, &one, sizeof one) != 0)
+    return make_error(Errc::io, "IP_PKTINFO on the bridge listener: {}", strerror(errno));
+  return {};
+}
+
+int read_ingress_ifindex(int fd, int family) {
+  if (family == AF_INET6) {
+    int index = 0;
+    socklen_t len = sizeof index;
+    if (getsockopt(fd, IPPROTO_IPV6, IPV6_MULTICAST_IF, &index, &len) != 0) return 0;
+    return index > 0 ? index : 0;
+  }
+  // IP_PKTOPTIONS fills a control buffer as recvmsg would: one IP_PKTINFO
+  // message whose ipi_ifindex is the socket's ingress interface.
+  alignas(cmsghdr) char buf[CMSG_SPACE(sizeof(in_pktinfo)) + CMSG_SPACE(sizeof(int))];
+  socklen_t len = sizeof buf;
+  if (getsockopt(fd, IPPROTO_IP, IP_PKTOPTIONS, buf, &len) != 0) return 0;
+  msghdr msg{};
+  msg.msg_control = buf;
+  msg.msg_controllen = len;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != IPPROTO_IP || c->cmsg_type != IP_PKTINFO ||
+        c->cmsg_len < CMSG_LEN(sizeof(in_pktinfo)))
+      continue;
+    in_pktinfo info;
+    std::memcpy(&info, CMSG_DATA(c), sizeof info);
+    return info.ipi_ifindex > 0 ? info.ipi_ifindex : 0;
+  }
+  return 0;
 }
 
 pid_t read_pid_file(const std::string& path) {

@@ -1,5 +1,6 @@
-// Network namespaces: identity, sockets made inside another namespace, and
-// the address -> interface map a bridge listener stamps as `net`.
+// Network namespaces: identity, sockets made inside another namespace, the
+// ingress interface of an accepted socket, and the map of links a bridge
+// listener stamps as `net`.
 //
 // A namespace is identified by its nsfs inode (dev, ino). While the forwarder
 // holds a socket in a namespace, that namespace stays alive, so its inode
@@ -17,6 +18,7 @@
 
 #include "core/result.h"
 #include "forwarder/fd.h"
+#include "forwarder/ingress.h"
 
 namespace fy::fwd {
 
@@ -56,49 +58,56 @@ Result<UniqueFd> listen_tcp(const std::string& ip, uint16_t port, int backlog,
 // would otherwise join another process's group of the same uid silently.
 Result<void> check_port_free(const std::string& ip, uint16_t port);
 
-// Maps local addresses to interface names in one namespace, through rtnetlink
-// sockets made inside it: one for dumps, one subscribed to link and address
-// changes (made before the first dump, so nothing falls between). A change (a
-// bridge renamed, removed or re-made with another name on the same subnet, an
-// address added or removed) is queued on the second socket by the time the
-// call that made it returns (an IPv6 address after DAD, later; a tentative one
-// takes no connections); every lookup first applies what is queued, in
-// order, so a lookup after a change answers as the kernel would. (Applying a
-// change the dump already held changes nothing: each message sets or removes
-// one entry.) A dump only at the start, when a change could not be applied
-// (the queue overflowed or ran long, an address on a link never seen or on a
-// second link, its holder removing it), or on a miss. Datagrams from anyone
-// but the kernel are dropped unread; IPv6 link-local addresses are not mapped
-// (one is on several links, and a socket address names no scope). Not
-// thread-safe: the listener holds a lock around it.
+// The ingress interface of accepted TCP sockets (issue 19). The kernel
+// records it in the child socket when the handshake completes
+// (tcp_v4_syn_recv_sock: mc_index = inet_iif(skb); tcp_v6_syn_recv_sock:
+// mcast_oif = the same, for native and IPv4-mapped children), from the packet
+// that completed it; nothing a client sends later changes it. An IPv4 socket
+// reports it through IP_PKTOPTIONS when IP_PKTINFO is set, which accepted
+// sockets inherit from their listener; an IPv6 one through IPV6_MULTICAST_IF.
+//
+// Sets what a listener of `family` needs for read_ingress_ifindex on the
+// sockets it accepts (IP_PKTINFO for AF_INET; nothing for AF_INET6).
+Result<void> enable_ingress_ifindex(int listen_fd, int family);
+// The accepted socket's ingress ifindex, or 0 when the kernel gave none.
+int read_ingress_ifindex(int fd, int family);
+
+// The links of one namespace (ifindex -> name and address prefixes), through
+// rtnetlink sockets made inside it: one for dumps, one subscribed to link and
+// address changes (made before the first dump, so nothing falls between). A
+// change (a bridge renamed, removed or re-made, an address added or removed)
+// is queued on the second socket by the time the call that made it returns
+// (an IPv6 address after DAD, later; a tentative one takes no connections);
+// every lookup first applies what is queued, in order, so a lookup after a
+// change answers as the kernel would. (Applying a change the dump already held
+// changes nothing: each message sets or removes one entry.) A dump only at the
+// start, when a change could not be applied (the queue overflowed or ran long,
+// an address on a link never seen), or on a miss. Datagrams from anyone but
+// the kernel are dropped unread. Not thread-safe: the listener holds a lock
+// around it.
 class IfaceMap {
  public:
   // Must be called in the namespace (e.g. inside run_in_netns).
   Result<void> open();
-  // The interface holding `ip` ("podman1"), or "" when none does. One
+  // The link with ifindex `index`, or nullptr when there is none. One
   // non-blocking recv a call, more only after changes; a dump as above (on a
-  // miss at most every 10 ms).
-  std::string name_for(const std::string& ip);
+  // miss at most every 10 ms). Valid until the next call.
+  const IfLink* link(int index);
   // Dumps so far, the one in open() included (stats' iface_refreshes).
   uint64_t refreshes() const { return refreshes_; }
 
  private:
-  struct Entry {
-    int index;  // ifindex
-    std::string name;
-  };
   Result<void> refresh();
   // refresh(), keeping stale_ and refresh_failed_; a failure leaves no map.
   void reread();
   // Drains the change socket, applying each message; false when one could
   // not be applied (or some were lost), so the map must be re-read.
   bool catch_up();
-  // Applies one change message to names_ and by_ip_; false if it cannot.
+  // Applies one change message to links_; false if it cannot.
   bool apply(const nlmsghdr* nh);
   UniqueFd nl_;
   UniqueFd events_;  // RTMGRP_LINK | RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR
-  std::unordered_map<std::string, Entry> by_ip_;
-  std::unordered_map<int, std::string> names_;  // ifindex -> name
+  std::unordered_map<int, IfLink> links_;  // by ifindex
   uint64_t last_refresh_ms_ = 0;
   uint64_t refreshes_ = 0;
   bool stale_ = false;           // a change could not be applied; not re-read since

@@ -391,6 +391,16 @@ void Connection::on_head(const Head& h) {
   ctx_->counters.stamps_stripped += h.stamps_removed;
   if (h.stamps_removed && peer_log_allowed())
     log::info("{} removed {} client-written stamp header(s)", label(), h.stamps_removed);
+  if (!a_.ingress_refusal.empty()) {
+    // Bridge listener: the ingress link does not route the source. Answered
+    // once the head is read whole, so the client reads the answer rather
+    // than a reset.
+    ++ctx_->counters.refused_ingress;
+    if (peer_log_allowed()) log::info("{} refused (ingress): {}", label(), a_.ingress_refusal);
+    refuse(400, "Bad Request", "ingress",
+           "fy-forwarder refused this connection: " + a_.ingress_refusal + ".\n");
+    return;
+  }
   if (a_.kind == ListenerKind::vm && ctx_->attributor) {
     phase_ = Phase::attributing;
     attrib_ = std::make_unique<AttribOut>();

@@ -123,6 +123,7 @@ struct Counters {
   Count relayed_unstamped;  // token-service ports
   Count stamps_stripped;    // client-written stamp header lines removed
   Count refused_head;
+  Count refused_ingress;  // bridge listener: source not on the ingress link (400)
   std::array<Count, static_cast<size_t>(Refusal::kCount)> refused_by;
   Count head_timeouts;
   Count head_eof;
@@ -185,6 +186,9 @@ struct Accepted {
   const PortRule* rule = nullptr;
   ListenerKind kind = ListenerKind::bridge;
   std::string net;  // the stamp's net field
+  // Bridge listener: why this connection must not be stamped (its ingress
+  // link does not route its source, forwarder/ingress.h); empty when it may.
+  std::string ingress_refusal;
 };
 
 class Connection final : public Retirable, private TimerSlot {

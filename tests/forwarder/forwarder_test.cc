@@ -2,8 +2,10 @@
 // stamp vectors of docs/stamp.md, the configuration, cgroup classification
 // and the stamp sequence record. The relay, the namespaces and attribution
 // are tested with real kernel parts by the Python tests beside this file.
+#include <arpa/inet.h>
 #include <doctest/doctest.h>
 #include <fcntl.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -12,15 +14,18 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include "core/crypto.h"
+#include "core/net.h"
 #include "core/stamp.h"
 #include "forwarder/attrib.h"
 #include "forwarder/config.h"
 #include "forwarder/head.h"
+#include "forwarder/ingress.h"
 #include "forwarder/netns.h"
 #include "forwarder/redirect.h"
 #include "forwarder/relay.h"
@@ -391,6 +396,157 @@ TEST_CASE("accepted sockets inherit TCP_NODELAY from the listener") {
   CHECK(v != 0);
   ::close(s);
   ::close(c);
+}
+
+namespace {
+
+// Connects to a listener on `ip` (port 0) and returns (accepted, client).
+std::pair<int, int> accept_one(int lfd, int family) {
+  sockaddr_storage a{};
+  socklen_t len = sizeof a;
+  REQUIRE(getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  int c = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(c >= 0);
+  REQUIRE(::connect(c, reinterpret_cast<sockaddr*>(&a), len) == 0);
+  int s = -1;
+  for (int i = 0; i < 100 && s < 0; ++i) {
+    s = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (s < 0) usleep(1000);
+  }
+  REQUIRE(s >= 0);
+  return {s, c};
+}
+
+IfPrefix prefix(const char* local, const char* net, uint8_t len) {
+  IfPrefix p;
+  p.family = strchr(local, ':') ? AF_INET6 : AF_INET;
+  REQUIRE(inet_pton(p.family, local, p.local.data()) == 1);
+  REQUIRE(inet_pton(p.family, net, p.net.data()) == 1);
+  p.len = len;
+  return p;
+}
+
+sockaddr_storage peer(const char* ip) {
+  sockaddr_storage ss;
+  socklen_t len;
+  REQUIRE(make_sockaddr(ip, 1234, &ss, &len));
+  return ss;
+}
+
+IngressVerdict judge(int ifindex, const IfLink* link, const char* ip) {
+  sockaddr_storage ss = peer(ip);
+  return judge_ingress(ifindex, link, reinterpret_cast<sockaddr*>(&ss));
+}
+
+}  // namespace
+
+TEST_CASE("accepted sockets report their ingress interface (IP_PKTINFO, IPV6_MULTICAST_IF)") {
+  // What the bridge listener stamps as net: here, loopback.
+  const int lo = static_cast<int>(if_nametoindex("lo"));
+  REQUIRE(lo > 0);
+  {
+    auto l = listen_tcp("127.0.0.1", 0, 8);
+    REQUIRE(l.ok());
+    REQUIRE(enable_ingress_ifindex(l->get(), AF_INET).ok());
+    auto [s, c] = accept_one(l->get(), AF_INET);
+    CHECK(read_ingress_ifindex(s, AF_INET) == lo);
+    ::close(s);
+    ::close(c);
+  }
+  {
+    // Without IP_PKTINFO on the listener the kernel says nothing: 0, which
+    // the listener refuses rather than guesses.
+    auto l = listen_tcp("127.0.0.1", 0, 8);
+    REQUIRE(l.ok());
+    auto [s, c] = accept_one(l->get(), AF_INET);
+    CHECK(read_ingress_ifindex(s, AF_INET) == 0);
+    ::close(s);
+    ::close(c);
+  }
+  {
+    // An IPv6 listener, native and IPv4-mapped.
+    auto l = listen_tcp("::", 0, 8);
+    if (!l.ok()) {
+      MESSAGE("no IPv6 here: " << l.error().message);
+      return;
+    }
+    REQUIRE(enable_ingress_ifindex(l->get(), AF_INET6).ok());
+    sockaddr_in6 a{};
+    socklen_t len = sizeof a;
+    REQUIRE(getsockname(l->get(), reinterpret_cast<sockaddr*>(&a), &len) == 0);
+    for (const char* ip : {"::1", "127.0.0.1"}) {
+      sockaddr_storage to;
+      socklen_t tl;
+      REQUIRE(make_sockaddr(ip, ntohs(a.sin6_port), &to, &tl));
+      int c = ::socket(to.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      REQUIRE(c >= 0);
+      if (::connect(c, reinterpret_cast<sockaddr*>(&to), tl) != 0) {
+        MESSAGE(ip << ": " << strerror(errno));
+        ::close(c);
+        continue;
+      }
+      int s = -1;
+      for (int i = 0; i < 100 && s < 0; ++i) {
+        s = ::accept4(l->get(), nullptr, nullptr, SOCK_CLOEXEC);
+        if (s < 0) usleep(1000);
+      }
+      REQUIRE(s >= 0);
+      CHECK_MESSAGE(read_ingress_ifindex(s, AF_INET6) == lo, ip);
+      ::close(s);
+      ::close(c);
+    }
+  }
+}
+
+TEST_CASE("a connection is stamped only when its ingress link routes its source") {
+  IfLink br{"podman1",
+            {prefix("10.89.0.1", "10.89.0.1", 24), prefix("fd00::1", "fd00::1", 64),
+             prefix("fe80::1", "fe80::1", 64)}};
+  CHECK(judge(0, &br, "10.89.0.10") == IngressVerdict::no_ifindex);
+  CHECK(judge(-1, &br, "10.89.0.10") == IngressVerdict::no_ifindex);
+  CHECK(judge(7, nullptr, "10.89.0.10") == IngressVerdict::unknown_link);
+  CHECK(judge(7, &br, "10.89.0.10") == IngressVerdict::ok);
+  CHECK(judge(7, &br, "10.89.0.255") == IngressVerdict::ok);
+  CHECK(judge(7, &br, "::ffff:10.89.0.10") == IngressVerdict::ok);       // IPv4-mapped is IPv4
+  CHECK(judge(7, &br, "10.89.1.10") == IngressVerdict::outside_prefix);  // another bridge's
+  CHECK(judge(7, &br, "10.88.0.10") == IngressVerdict::outside_prefix);
+  CHECK(judge(7, &br, "10.89.0.1") == IngressVerdict::own_address);
+  CHECK(judge(7, &br, "::ffff:10.89.0.1") == IngressVerdict::own_address);
+  CHECK(judge(7, &br, "fd00::a") == IngressVerdict::ok);
+  CHECK(judge(7, &br, "fd00:0:0:1::a") == IngressVerdict::outside_prefix);
+  CHECK(judge(7, &br, "fe80::1234") == IngressVerdict::ok);  // per link: no scope needed
+  CHECK(judge(7, &br, "fd00::1") == IngressVerdict::own_address);
+  // Prefix lengths that end inside a byte, /0 and /32.
+  IfLink odd{"x",
+             {prefix("10.0.2.1", "10.0.2.1", 23), prefix("192.168.7.129", "192.168.7.129", 25),
+              prefix("172.16.0.1", "172.16.0.1", 32)}};
+  CHECK(judge(1, &odd, "10.0.3.255") == IngressVerdict::ok);
+  CHECK(judge(1, &odd, "10.0.4.0") == IngressVerdict::outside_prefix);
+  CHECK(judge(1, &odd, "10.0.1.255") == IngressVerdict::outside_prefix);
+  CHECK(judge(1, &odd, "192.168.7.200") == IngressVerdict::ok);
+  CHECK(judge(1, &odd, "192.168.7.127") == IngressVerdict::outside_prefix);
+  CHECK(judge(1, &odd, "172.16.0.2") == IngressVerdict::outside_prefix);
+  CHECK(judge(1, &odd, "fd00::a") == IngressVerdict::outside_prefix);  // no IPv6 prefix
+  IfLink all{"any", {prefix("10.0.0.1", "10.0.0.1", 0)}};
+  CHECK(judge(1, &all, "203.0.113.9") == IngressVerdict::ok);
+  // A point-to-point link routes its peer's prefix, not its own address's.
+  IfLink ptp{"tun0", {prefix("10.9.0.1", "10.9.0.2", 32)}};
+  CHECK(judge(1, &ptp, "10.9.0.2") == IngressVerdict::ok);
+  CHECK(judge(1, &ptp, "10.9.0.3") == IngressVerdict::outside_prefix);
+  CHECK(judge(1, &ptp, "10.9.0.1") == IngressVerdict::own_address);
+  IfLink none{"empty", {}};
+  CHECK(judge(1, &none, "10.89.0.10") == IngressVerdict::outside_prefix);
+  // What the client and the log are told.
+  std::string why = ingress_refusal(IngressVerdict::outside_prefix, 7, &br, "10.89.1.10");
+  CHECK(why.find("arrived on podman1 (10.89.0.1/24, fd00::1/64, fe80::1/64)") != std::string::npos);
+  CHECK(why.find("source address 10.89.1.10") != std::string::npos);
+  CHECK(
+      ingress_refusal(IngressVerdict::unknown_link, 7, nullptr, "10.89.0.10").find("interface 7") !=
+      std::string::npos);
+  CHECK(ingress_refusal(IngressVerdict::own_address, 7, &br, "10.89.0.1")
+            .find("own address on podman1") != std::string::npos);
+  CHECK(ingress_refusal(IngressVerdict::ok, 7, &br, "10.89.0.10").empty());
+  CHECK(describe_prefixes(none) == "no addresses");
 }
 
 TEST_CASE("the pipe pool: pipes start at 64 KiB, grow for bulk, shrink before reuse") {

@@ -15,6 +15,7 @@ first; --until eof (default): read until the server side closes.
 --cuts 10,40 --gap-ms 50: send the bytes in pieces cut at those offsets, each
 its own segment, with a pause between.
 --delay-read-ms N: wait N ms after sending before reading the answer.
+--bind ADDR: connect from this source address (one the namespace holds).
 --shut-after-ms N: half-close (shutdown SHUT_WR) N ms after sending, then read
 on. --upload-after-eof N: once the server side has closed, send N more bytes
 (the server may still read), then close.
@@ -32,12 +33,14 @@ import time
 
 
 def exchange(host, port, data, timeout, until, hold_ms, shut_after_ms=None, upload=0, cuts=(),
-             gap_ms=0, delay_read_ms=0):
+             gap_ms=0, delay_read_ms=0, bind=None):
     t0 = time.monotonic()
     s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     s.settimeout(timeout)
     out = {}
     try:
+        if bind:
+            s.bind((bind, 0))
         s.connect((host, port))
         out["local"] = "%s:%d" % s.getsockname()[:2]
         if data and cuts:
@@ -108,6 +111,7 @@ def main():
     ap.add_argument("--cuts", default="", help="offsets to cut the bytes at (comma-separated)")
     ap.add_argument("--gap-ms", type=int, default=50)
     ap.add_argument("--delay-read-ms", type=int, default=0, help="wait before reading the answer")
+    ap.add_argument("--bind", help="source address to connect from")
     ap.add_argument("--cgroup")
     ap.add_argument("--comm")
     ap.add_argument("--uid", type=int)
@@ -128,7 +132,7 @@ def main():
         print(json.dumps(exchange(host.strip("[]"), int(port), data, a.timeout, a.until,
                                   a.hold_ms, a.shut_after_ms, a.upload_after_eof,
                                   [int(c) for c in a.cuts.split(",") if c], a.gap_ms,
-                                  a.delay_read_ms)),
+                                  a.delay_read_ms, a.bind)),
               flush=True)
     return 0
 

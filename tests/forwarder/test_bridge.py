@@ -106,14 +106,16 @@ class Bridge(unittest.TestCase):
 
     def test_link_and_address_changes_are_applied_without_a_reread(self):
         # What a container's start and stop do to the rootless namespace (a
-        # veth made, joined to the bridge, brought up and down), an address
-        # added, and a link renamed: the forwarder applies the kernel's change
-        # messages to its map and dumps it for none of them. A client in the
-        # rootless namespace connecting to the new address (the bridge
-        # listener listens on every address there) is stamped with the link
-        # that holds it, under each of its names.
+        # veth made, joined to the bridge, brought up and down), a new link
+        # with an address, and that link renamed: the forwarder applies the
+        # kernel's change messages to its map and dumps it for none of them.
+        # A client behind the new link (a namespace of its own, as a container
+        # on a new network) is stamped with the link it arrives on, under each
+        # of its names, and its source is judged against the link's new
+        # address (issue 19: net is the ingress link).
         i = 0
         _, ip, bridge = RIG.topo.containers[i]
+        side = RIG.topo.name + "-x"  # fyf-brg-<pid>-x: clean_leftovers knows it
 
         def fetch(path, src=ip, net=bridge, **kw):
             target = "http://%s/%s" % (ORIGIN, path)
@@ -125,30 +127,41 @@ class Bridge(unittest.TestCase):
         def ip_cmd(*args, check=True):
             return RIG.topo.nsexec(RIG.topo.rl, "ip", *args, check=check)
 
-        def local(path, net):
-            fetch(path, src="10.77.0.1", net=net, ns=RIG.topo.rl,
+        def behind(path, net):
+            fetch(path, src="10.77.0.10", net=net, ns=side,
                   connect="10.77.0.1:%d" % PROXY_PORT)
 
-        ip_cmd("link", "del", "fyvx0", check=False)  # left by a killed run
+        def clean():
+            for link in ("fyvx0", "fyvx1", "fyvx2"):
+                ip_cmd("link", "del", link, check=False)
+            subprocess.run(["ip", "netns", "del", side], capture_output=True, timeout=30)
+
+        clean()  # left by a killed run
         fetch("reread-0")  # whatever an earlier test changed is applied by now
         before = RIG.topo.stats()["iface_refreshes"]
         try:
-            ip_cmd("link", "add", "fyvx0", "type", "veth", "peer", "name", "fyvx1")
+            ip_cmd("link", "add", "fyvx0", "type", "veth", "peer", "name", "fyvx3")
             ip_cmd("link", "set", "fyvx0", "master", bridge)
             for state in ("up", "down", "up"):
                 ip_cmd("link", "set", "fyvx0", state)
-                ip_cmd("link", "set", "fyvx1", state)
+                ip_cmd("link", "set", "fyvx3", state)
+            subprocess.run(["ip", "netns", "add", side], check=True, timeout=30)
+            ip_cmd("link", "add", "fyvx1", "type", "veth", "peer", "name", "eth0", "netns", side)
             ip_cmd("addr", "add", "10.77.0.1/24", "dev", "fyvx1")
-            local("reread-1", "fyvx1")
+            ip_cmd("link", "set", "fyvx1", "up")
+            for args in (("link", "set", "lo", "up"), ("addr", "add", "10.77.0.10/24", "dev",
+                                                       "eth0"), ("link", "set", "eth0", "up")):
+                RIG.topo.nsexec(side, "ip", *args)
+            behind("reread-1", "fyvx1")
             for args in (("down",), ("name", "fyvx2"), ("up",)):
                 ip_cmd("link", "set", "dev", "fyvx2" if args[0] == "up" else "fyvx1", *args)
-            local("reread-2", "fyvx2")
+            behind("reread-2", "fyvx2")
             fetch("reread-3")
             self.assertEqual(RIG.topo.stats()["iface_refreshes"], before)
         finally:
-            ip_cmd("link", "del", "fyvx0", check=False)
-        # Its address gone with it: another link could hold the same address,
-        # and only a dump says, so at most one.
+            clean()
+        # The links gone: nothing to re-read (the map is by link, and a link
+        # takes its addresses with it).
         fetch("reread-4")
         self.assertLessEqual(RIG.topo.stats()["iface_refreshes"], before + 1)
 
