@@ -54,8 +54,15 @@ options:
                          then SUDO_UID
   --gateway IPV4         the host gateway (machine, guard)
   --ports LIST           port bands, e.g. 41000-41089,41100-41189
-  --resolvers LIST       where DNS may go (machine); default the private ranges
-  --forward-allow LIST   what the forward chain admits (machine); same default
+  --resolvers LIST       where DNS may go (machine); default the IPv4 nameservers
+                         of /etc/resolv.conf (FY_WALL_RESOLV_CONF) that are not
+                         loopback, else 192.168.5.3 (Lima's)
+  --forward-allow LIST   what the forward chain admits (machine); default the
+                         private ranges
+  --agent-cgroup PATH    the guest agent's cgroup, which may reach only local
+                         addresses (machine; default
+                         system.slice/lima-guestagent.service if it exists;
+                         "" for none)
   --subuid-file FILE     the subuid database (default /etc/subuid)
   --listener IPV4        the forwarder's VM listener (guard; default 127.42.0.1)
   --route-table N        the guard's routing table (default 4747)
@@ -174,6 +181,8 @@ int Cli::parse_args(int argc, char** argv) {
       slot = &f.resolvers;
     else if (name == "--forward-allow")
       slot = &f.forward_allow;
+    else if (name == "--agent-cgroup")
+      slot = &f.agent_cgroup;
     else if (name == "--subuid-file")
       slot = &f.subuid_file;
     else if (name == "--listener")
@@ -269,6 +278,7 @@ struct Rendered {
   std::string summary;
   std::optional<GuardSpec> guard;
   std::optional<HostSpec> host;
+  std::string agent_cgroup;  // the machine wall's, "" for none
 };
 
 Result<Rendered> render_wall(Wall w, const Settings& s) {
@@ -280,6 +290,7 @@ Result<Rendered> render_wall(Wall w, const Settings& s) {
       if (!m) return std::move(m).take_error();
       r.text = render_machine(*m);
       r.tables = machine_tables();
+      r.agent_cgroup = m->agent_cgroup;
       r.summary = describe_machine(*m);
       break;
     }
@@ -293,7 +304,7 @@ Result<Rendered> render_wall(Wall w, const Settings& s) {
       break;
     }
     case Wall::host: {
-      auto h = host_spec(s);
+      auto h = host_spec(s, env);
       if (!h) return std::move(h).take_error();
       r.text = render_host(*h);
       r.tables = host_tables(*h);
@@ -426,6 +437,13 @@ int Cli::cmd_apply() {
   if (!r) return fail(r.error());
   if (*o_.wall == Wall::host) {
     if (auto p = host_prepare(r->host); !p) return fail(p.error());
+  }
+  if (!r->agent_cgroup.empty()) {  // nft resolves the agent's cgroup as the host wall's
+    if (auto p = host_prepare(std::nullopt); !p) return fail(p.error());
+    if (auto e = check_cgroup_exists(r->agent_cgroup); !e) {
+      return fail(Error{Errc::io, e.error().message + " (the guest agent's, --agent-cgroup; "
+                                                      "\"\" for none)"});
+    }
   }
   auto nft = Nft::open();
   if (!nft) return fail(nft.error());
@@ -587,7 +605,7 @@ int Cli::cmd_status() {
     if (!s->host.vm) return fail(kExitBadInput, "--vm (or --config) is required for a host wall");
     tables = host_tables_for(s->host.vm->value);
   }
-  if (w == Wall::host) {
+  if (w == Wall::host || w == Wall::machine) {  // the machine wall may name the agent's cgroup
     if (auto p = host_prepare(std::nullopt); !p) return fail(p.error());
   }
   std::vector<std::string> want;

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <arpa/inet.h>
+
 #include <algorithm>
 
 #include "core/text.h"
@@ -415,6 +417,33 @@ std::string format_mark(uint16_t proxy_port_base) {
 
 std::string format_local_mark(uint16_t proxy_port_base) {
   return fmt::format("{:#010x}", (uint32_t{0xF4} << 24) | (uint32_t{1} << 16) | proxy_port_base);
+}
+
+std::vector<std::string> parse_resolv_conf(std::string_view text) {
+  std::vector<std::string> out;
+  while (!text.empty()) {
+    size_t nl = text.find('\n');
+    std::string_view line = text.substr(0, nl);
+    text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
+    auto word = [&line]() {
+      size_t b = line.find_first_not_of(" \t\r");
+      if (b == std::string_view::npos) return std::string_view{};
+      size_t e = line.find_first_of(" \t\r", b);
+      std::string_view w = line.substr(b, e == std::string_view::npos ? line.size() - b : e - b);
+      line = e == std::string_view::npos ? std::string_view{} : line.substr(e);
+      return w;
+    };
+    if (word() != "nameserver") continue;
+    std::string addr(word());
+    if (addr.size() > 45) continue;
+    unsigned char buf[16];
+    char txt[INET6_ADDRSTRLEN];
+    int fam = addr.find(':') == std::string::npos ? AF_INET : AF_INET6;
+    if (inet_pton(fam, addr.c_str(), buf) != 1) continue;
+    if (!inet_ntop(fam, buf, txt, sizeof txt)) continue;
+    if (std::find(out.begin(), out.end(), txt) == out.end()) out.emplace_back(txt);
+  }
+  return out;
 }
 
 }  // namespace fy::wall

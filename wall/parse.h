@@ -65,6 +65,10 @@ Result<std::string> parse_cgroup_path(std::string_view s);
 int cgroup_level(std::string_view normalized);
 
 // Formatters, in nft's own spelling.
+// The `nameserver` addresses of a resolv.conf text, in order, canonical
+// (inet_ntop) text; malformed lines are skipped, as the resolver does.
+std::vector<std::string> parse_resolv_conf(std::string_view text);
+
 std::string format_range(const PortRange& r);   // "41000-41089", "41000"
 std::string format_id_range(const IdRange& r);  // "4242", "100000-165535"
 std::string format_ipv4(uint32_t host_order);

@@ -63,6 +63,12 @@ std::string render_machine(const MachineSpec& m) {
   out += fmt::format("table inet {} {{\n", kMachineTable);
   out += "\tchain output {\n";
   out += "\t\ttype filter hook output priority 0; policy accept;\n";
+  if (!m.agent_cgroup.empty()) {
+    out += "\t\t# The guest agent dials any address as root for whoever reaches its socket\n";
+    out += "\t\t# (Lima's Tunnel call): its sockets reach only this machine.\n";
+    out += fmt::format("\t\tsocket cgroupv2 level {} \"{}\" jump agent\n",
+                       cgroup_level(m.agent_cgroup), m.agent_cgroup);
+  }
   out += "\t\t# loopback is always open\n";
   out += "\t\toifname \"lo\" accept\n";
   out += "\t\t# The policy is accept: only what a walled principal's socket sends is\n";
@@ -72,6 +78,40 @@ std::string render_machine(const MachineSpec& m) {
   for (const IdRange& r : walled) {
     out += fmt::format("\t\tmeta skuid {} jump walled\n", format_id_range(r));
   }
+  out += "\t\t# every other user's socket is not walled\n";
+  out += "\t\tmeta skuid 0-4294967295 accept\n";
+  out += "\t\t# No socket file: `meta skuid` cannot say whose it is (a kernel socket, a\n";
+  out += "\t\t# TIME_WAIT or closed socket, a listener's SYN-ACK). Judged by what the\n";
+  out += "\t\t# kernel itself sends, so no socket family that transmits through a kernel\n";
+  out += "\t\t# socket (rxrpc, rds_tcp, tipc's UDP bearer, an MPTCP join) carries anyone out.\n";
+  out += "\t\tjump ownerless\n";
+  out += "\t}\n";
+  if (!m.agent_cgroup.empty()) {
+    out += "\tchain agent {\n";
+    out += "\t\toifname \"lo\" accept\n";
+    out += "\t\tlog prefix \"fy-wall-agent \" counter\n";
+    out += "\t\tmeta l4proto tcp reject with tcp reset\n";
+    out += "\t\treject\n";
+    out += "\t}\n";
+  }
+  out += "\tchain ownerless {\n";
+  out += "\t\t# replies on flows others opened: SYN-ACKs, the kernel's resets and ICMP errors\n";
+  out += "\t\tct direction reply accept\n";
+  out += "\t\t# ICMP errors about a tracked flow\n";
+  out += "\t\tct state related meta l4proto icmp accept\n";
+  out += "\t\tct state related meta l4proto ipv6-icmp accept\n";
+  out += "\t\t# a TIME_WAIT or closed socket's ACK, FIN or RST on a tracked flow (its SYN\n";
+  out += "\t\t# was judged when its socket still had a file)\n";
+  out += "\t\tct state established meta l4proto tcp tcp flags & syn == 0 accept\n";
+  out += "\t\t# neighbour discovery and multicast listener reports: link-local, hop limit 1\n";
+  for (const char* t : {"nd-router-solicit", "nd-neighbor-solicit", "nd-neighbor-advert"})
+    out += fmt::format("\t\ticmpv6 type {} ip6 hoplimit 255 accept\n", t);
+  for (const char* t : {"mld-listener-report", "mld-listener-done", "mld2-listener-report"})
+    out += fmt::format("\t\ticmpv6 type {} ip6 hoplimit 1 accept\n", t);
+  out += "\t\tip protocol igmp ip ttl 1 accept\n";
+  out += "\t\t# anything else: a new flow no user socket opened\n";
+  out += "\t\tlog prefix \"fy-wall-ownerless \" counter\n";
+  out += "\t\tdrop\n";
   out += "\t}\n";
   out += "\tchain walled {\n";
   out += "\t\t# Replies on flows others opened to them. Not `ct state established`, which\n";
@@ -79,7 +119,7 @@ std::string render_machine(const MachineSpec& m) {
   out += "\t\t# port of root's finished UDP exchange met root's conntrack entry and got\n";
   out += "\t\t# out (docs/wall-escapes.md). Their own flows meet the rules below again.\n";
   out += "\t\tct direction reply accept\n";
-  out += "\t\t# DNS only to private resolvers: a public :53 is an exfil tunnel\n";
+  out += "\t\t# DNS only to the resolvers the VM uses: any other :53 carries any protocol\n";
   for (const Cidr4& c : m.resolvers) {
     out += fmt::format("\t\tip daddr {} udp dport 53 accept\n", format_cidr(c));
     out += fmt::format("\t\tip daddr {} tcp dport 53 accept\n", format_cidr(c));
@@ -194,7 +234,7 @@ std::string render_host(const HostSpec& h) {
   std::string out;
   out +=
       fmt::format("# fy-wall host wall for VM '{}': its processes (cgroup {})\n", h.vm, h.cgroup);
-  out += "# may reach DNS, and loopback only on the project's port band.\n";
+  out += "# may reach the host's resolvers, and loopback only on the project's port band.\n";
   out += "# Apply with `fy-wall apply host`: this text replaces the table's rules in one\n";
   out += "# transaction. The cgroup must exist when it is applied (nft keys on its id).\n";
   out += flush_preamble(host_tables(h));
@@ -211,8 +251,13 @@ std::string render_host(const HostSpec& h) {
   out += "\t\t# before the wall stayed open (docs/wall-escapes.md). The VM's own flows\n";
   out += "\t\t# meet the rules below on every packet.\n";
   out += "\t\tct direction reply accept\n";
-  out += "\t\tudp dport 53 accept\n";
-  out += "\t\ttcp dport 53 accept\n";
+  out += "\t\t# DNS only to the host's own resolvers (its resolv.conf): port 53 to anywhere\n";
+  out += "\t\t# carried any protocol to any host\n";
+  for (const std::string& r : h.resolvers) {
+    const char* fam = r.find(':') == std::string::npos ? "ip" : "ip6";
+    out += fmt::format("\t\t{} daddr {} udp dport 53 accept\n", fam, r);
+    out += fmt::format("\t\t{} daddr {} tcp dport 53 accept\n", fam, r);
+  }
   out += "\t\t# a loopback flow the input chain admitted to one of the VM's own listeners\n";
   out += fmt::format("\t\toif \"lo\" ct mark {} accept\n", local);
   out += "\t\t# any other loopback packet is marked as the project's and judged on input\n";
@@ -294,8 +339,10 @@ std::string describe_guard(const GuardSpec& g) {
 }
 
 std::string describe_host(const HostSpec& h) {
-  return fmt::format("cgroup {} may reach DNS and loopback tcp {{{}}} (ct mark {})", h.cgroup,
-                     format_ports(h.ports), format_mark(h.proxy_port_base));
+  std::string dns;
+  for (const std::string& r : h.resolvers) dns += (dns.empty() ? "" : ", ") + r;
+  return fmt::format("cgroup {} may reach DNS at {} and loopback tcp {{{}}} (ct mark {})",
+                     h.cgroup, dns, format_ports(h.ports), format_mark(h.proxy_port_base));
 }
 
 }  // namespace fy::wall

@@ -130,9 +130,12 @@ TEST_CASE("config: sections, types, unknown keys, file:line errors") {
   CHECK(s->machine.user->value.uid == 1000u);
   CHECK(s->machine.gateway->where == "t.toml:3:11");
   CHECK(guard_route_ids(*s) == std::pair<uint32_t, uint32_t>{100, kDefaultRulePriority});
-  auto h = host_spec(*s);
+  Env env;
+  env.resolv_conf = "nameserver 127.0.0.53\n";
+  auto h = host_spec(*s, env);
   REQUIRE(h.ok());
   CHECK(h->proxy_port_base == 41000);
+  CHECK(h->resolvers == std::vector<std::string>{"127.0.0.53"});
 
   auto bad = read_config("[machine]\nports = [\"1\", 2]\nuser = true\nwhat = 1\n[x]\n", "b.toml");
   REQUIRE_FALSE(bad.ok());
@@ -185,10 +188,15 @@ TEST_CASE("render: one value per rule, flushing preamble, walled chain first") {
       rules += line + "\n";
     }
   }
-  CHECK(rules.find("ct state established") == std::string::npos);
+  // Never the reference's `ct state established` accept; the one established
+  // rule is the ownerless chain's, for packets without a socket file.
+  CHECK(rules.find("ct state established accept") == std::string::npos);
+  CHECK(rules.find("ct state established,related") == std::string::npos);
+  CHECK(rules.find("ct state established meta l4proto tcp tcp flags & syn == 0 accept") <
+        rules.find("chain walled"));
   CHECK(rules.find("{ ") == std::string::npos);  // no anonymous sets
   CHECK(rendered_chains(t, {"inet", "fy_wall"}) ==
-        std::vector<std::string>{"output", "walled", "forward"});
+        std::vector<std::string>{"output", "ownerless", "walled", "forward"});
   CHECK(rendered_chains(t, {"ip6", "fy_wall6"}) == std::vector<std::string>{"output", "walled"});
   CHECK(render_remove(machine_tables()) ==
         "table inet fy_wall\ndelete table inet fy_wall\ntable ip6 fy_wall6\n"
@@ -245,4 +253,23 @@ TEST_CASE("guard: the rule product and its routes") {
   CHECK(t.find("meta skuid 4242 ip daddr 192.168.5.2 tcp dport 41000-41089 dnat to 127.42.0.1") !=
         std::string::npos);
   CHECK(t.find("#   ip route replace 192.168.5.2/32 dev lo table 4747") != std::string::npos);
+}
+
+TEST_CASE("resolv.conf: the nameservers, canonical, malformed lines skipped") {
+  auto v = parse_resolv_conf(
+      "# c\nsearch x\nnameserver 10.0.0.1\n nameserver\t192.168.5.3 # x\nnameserver 999.1.1.1\n"
+      "nameserver fd00:0::3\nnameserver\nnameserverx 1.2.3.4\nnameserver 10.0.0.1\n"
+      "nameserver 127.0.0.53");
+  CHECK(v == std::vector<std::string>{"10.0.0.1", "192.168.5.3", "fd00::3", "127.0.0.53"});
+  CHECK(parse_resolv_conf("").empty());
+  // The machine wall: IPv4, not loopback; none left means Lima's resolver.
+  auto m = default_machine_resolvers("nameserver 127.0.0.53\nnameserver fd00::3\n");
+  REQUIRE(m.size() == 1);
+  CHECK(format_cidr(m[0]) == "192.168.5.3");
+  m = default_machine_resolvers("nameserver 10.255.255.53\nnameserver 127.0.0.1\n");
+  REQUIRE(m.size() == 1);
+  CHECK(format_cidr(m[0]) == "10.255.255.53");
+  // The host wall: every nameserver, else libc's default.
+  CHECK(default_host_resolvers("") == std::vector<std::string>{"127.0.0.1"});
+  CHECK(default_host_resolvers("nameserver ::1\n") == std::vector<std::string>{"::1"});
 }
