@@ -2,8 +2,14 @@
 
 #include <fmt/format.h>
 
+#include <pwd.h>
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <fstream>
 #include <optional>
+#include <sstream>
+#include <tuple>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -131,6 +137,7 @@ class Cli {
   int cmd_apply();
   int cmd_remove();
   int cmd_status();
+  void print_deputies(const std::vector<IdRange>& walled, const std::string& agent_cgroup);
   int status_tables(Nft& nft, const std::vector<TableRef>& tables,
                     const std::optional<std::string>& rendered, bool* all_good);
 
@@ -279,6 +286,7 @@ struct Rendered {
   std::optional<GuardSpec> guard;
   std::optional<HostSpec> host;
   std::string agent_cgroup;  // the machine wall's, "" for none
+  std::vector<IdRange> walled;  // the machine wall's walled uids
 };
 
 Result<Rendered> render_wall(Wall w, const Settings& s) {
@@ -291,6 +299,7 @@ Result<Rendered> render_wall(Wall w, const Settings& s) {
       r.text = render_machine(*m);
       r.tables = machine_tables();
       r.agent_cgroup = m->agent_cgroup;
+      r.walled = m->walled.ranges();
       r.summary = describe_machine(*m);
       break;
     }
@@ -580,6 +589,71 @@ std::vector<std::string> diff_lines(std::string_view live, std::string_view want
   return out;
 }
 
+namespace {
+
+std::string read_small_file(const std::string& path) {
+  std::ifstream f(path);
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::string uid_name(uint32_t uid) {
+  struct passwd* pw = getpwuid(uid);
+  return pw ? fmt::format("{} ({})", uid, pw->pw_name) : std::to_string(uid);
+}
+
+}  // namespace
+
+// The deputies a walled principal could ask to dial for it (loopback is open
+// to it, and AF_UNIX is not netfilter's): the guest agent's socket, and every
+// listener of a uid that is not walled. Reported, not judged: which of them
+// relays is theirs to say (docs/wall-escapes.md, rows 93-95).
+void Cli::print_deputies(const std::vector<IdRange>& walled, const std::string& agent_cgroup) {
+  const char* env = getenv("FY_WALL_AGENT_SOCKET");  // the tests' stand-in
+  const char* agent = env && *env ? env : kLimaAgentSocket;
+  struct stat st {};
+  if (stat(agent, &st) == 0) {
+    bool theirs = false;
+    for (const IdRange& r : walled) theirs = theirs || (st.st_uid >= r.lo && st.st_uid <= r.hi);
+    fmt::print(out_, "guest agent socket {}: owner {}, mode {:04o}{}\n", agent,
+               uid_name(st.st_uid), st.st_mode & 07777,
+               theirs || (st.st_mode & 0006) == 0006
+                   ? " — a walled principal can ask the agent to dial for it"
+                   : "");
+  } else {
+    fmt::print(out_, "guest agent socket {}: absent\n", agent);
+  }
+  fmt::print(out_, "guest agent cgroup: {}\n",
+             agent_cgroup.empty() ? std::string("none named (its sockets are not limited)")
+                                  : agent_cgroup + " (reaches only local addresses)");
+  std::vector<Listener> all;
+  for (auto [file, proto, v6] : {std::tuple{"/proc/net/tcp", "tcp", false},
+                                 std::tuple{"/proc/net/tcp6", "tcp", true},
+                                 std::tuple{"/proc/net/udp", "udp", false},
+                                 std::tuple{"/proc/net/udp6", "udp", true}}) {
+    for (Listener& l : parse_proc_net_listeners(read_small_file(file), proto, v6))
+      all.push_back(std::move(l));
+  }
+  std::vector<Listener> others;
+  for (const Listener& l : all) {
+    bool w = false;
+    for (const IdRange& r : walled) w = w || (l.uid >= r.lo && l.uid <= r.hi);
+    if (!w) others.push_back(l);
+  }
+  fmt::print(out_, "listeners of other uids (each could relay for a walled client): {}\n",
+             others.size());
+  size_t shown = 0;
+  for (const Listener& l : others) {
+    if (++shown > 20) {
+      fmt::print(out_, "  ... and {} more\n", others.size() - 20);
+      break;
+    }
+    const std::string at = l.addr.find(':') != std::string::npos ? "[" + l.addr + "]" : l.addr;
+    fmt::print(out_, "  {} {}:{} uid {}\n", l.proto, at, l.port, uid_name(l.uid));
+  }
+}
+
 int Cli::cmd_status() {
   const Wall w = *o_.wall;
   bool compare = o_.config.has_value();
@@ -708,6 +782,7 @@ int Cli::cmd_status() {
     }
   }
   if (r) fmt::print(out_, "rendered: {}\n", r->summary);
+  if (w == Wall::machine && r) print_deputies(r->walled, r->agent_cgroup);
 
   if (w == Wall::host) {
     // The host wall counts its refusals instead of logging them.

@@ -91,6 +91,9 @@ inline constexpr const char* kDefaultSubuidFile = "/etc/subuid";
 inline constexpr const char* kLimaResolver = "192.168.5.3";
 // The guest agent's unit, where a Lima guest runs it.
 inline constexpr const char* kLimaAgentCgroup = "system.slice/lima-guestagent.service";
+// Where Lima's guest agent serves its gRPC API when no vsock or virtio-serial
+// carries it (the QEMU driver): owned by the main user, mode 0600.
+inline constexpr const char* kLimaAgentSocket = "/run/lima-guestagent.sock";
 // RFC 1918 plus loopback: the reference's private resolvers and forward targets.
 inline constexpr const char* kPrivateRanges =
     "127.0.0.0/8, 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16";

@@ -696,6 +696,13 @@ class Escapes(unittest.TestCase):
             r = self.exotic(U, "ask", f"unix:{sock}", "127.0.0.1", 8091, timeout=2)
             self.assertEqual(r["reply"], "relayed local tcp 127.0.0.1:8091", r)
             self.assertTrue(local.records())
+            st = self.ident.fy_wall(self.t.guest, "status", "machine",
+                                    *n.machine_args(self.ident), "--agent-cgroup", rel,
+                                    env={"FY_WALL_AGENT_SOCKET": sock})
+            self.assertIn(f"guest agent socket {sock}: owner 4242 (fywalice), mode 0600 — a "
+                          "walled principal can ask the agent to dial for it\n", st.stdout)
+            self.assertIn(f"guest agent cgroup: {rel} (reaches only local addresses)\n",
+                          st.stdout)
         finally:
             self.apply_fy_wall()
         record("the guest agent's Tunnel: a root deputy on a unix socket the walled user "
@@ -709,6 +716,10 @@ class Escapes(unittest.TestCase):
         self.deputy("relay4343", "tcp:127.0.0.1:1080", uid=n.OTHER_UID)
         r = self.exotic(U, "ask", "tcp:127.0.0.1:1080", T.PUBLIC, 443)
         self.assertEqual(r["reply"], "relayed public tcp 203.0.113.10:443", r)
+        st = self.ident.fy_wall(self.t.guest, "status", "machine", *n.machine_args(self.ident))
+        self.assertIn(f"  tcp 127.0.0.1:1080 uid {n.OTHER_UID}\n", st.stdout)
+        listed = [l for l in st.stdout.splitlines() if l.startswith(("  tcp ", "  udp "))]
+        self.assertFalse([l for l in listed if " uid 4242 " in l + " "], listed)  # not its own
         record("another uid's relay on 127.0.0.1 (a SOCKS proxy, ssh -D) (E18)",
                "passes: loopback is open and uid 4343 is not walled; `fy-wall status "
                "machine` lists such listeners (other uids on loopback or a guest address)",

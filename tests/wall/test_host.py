@@ -190,6 +190,34 @@ class HostWall(unittest.TestCase):
         self.assertEqual(self.vm("udp", PUB_OTHER, 53)["outcome"], "eperm")
         self.ok(self.vm("tcp", PUB, 53), "public tcp")
 
+    def test_vm_refused_ipv6_loopback_off_the_band(self):
+        srv = n.Server(self.ns, "lo6", "tcp:[::1]:42002")
+        r = self.vm("tcp", "::1", 42002)
+        self.assertEqual(r["outcome"], "refused", r)
+        self.assertEqual(srv.records(), [])
+
+    def test_vm_refused_udp_on_loopback_to_the_band(self):
+        srv = n.Server(self.ns, "lo-udp", "udp:127.0.0.1:41001")
+        r = self.vm("udp", "127.0.0.1", 41001, timeout=1.0)
+        # the lo chain's ICMP admin-prohibited: EACCES at recv
+        self.assertEqual(r["outcome"], "unreachable", r)
+        self.assertEqual(srv.records(), [])
+
+    def test_a_socket_made_outside_the_slice_is_not_the_vms(self):
+        """A process makes its socket outside the slice, then moves into it
+        and connects: the socket's cgroup is fixed when it is made, so the
+        wall does not judge it (by design: only processes already outside
+        the VM's slice can do this, and they are not walled)."""
+        code = ("import socket,sys\n"
+                "s=socket.socket();s.settimeout(3)\n"
+                "open(sys.argv[1]+'/cgroup.procs','w').write('0')\n"
+                f"s.connect(('{PUB}',443));print(s.recv(99).decode().strip())\n")
+        r = n.sh(*n.nsexec(self.ns, n.PY, "-c", code, self.slice), check=False)
+        self.assertEqual(r.stdout.strip(), f"public tcp {PUB}:443", r.stderr)
+        # The same process, its socket made after the move: refused.
+        r = self.vm("tcp", PUB, 443)
+        self.assertEqual(r["outcome"], "refused", r)
+
     def test_vm_reaches_its_own_listeners(self):
         self.ok(self.vm("tcp", "127.0.0.1", 42001), "vm tcp 127.0.0.1:42001")
         # Past the handshake too: the packet that completes it meets a request

@@ -273,3 +273,36 @@ TEST_CASE("resolv.conf: the nameservers, canonical, malformed lines skipped") {
   CHECK(default_host_resolvers("") == std::vector<std::string>{"127.0.0.1"});
   CHECK(default_host_resolvers("nameserver ::1\n") == std::vector<std::string>{"::1"});
 }
+
+TEST_CASE("/proc/net listeners: LISTEN and bound UDP, addresses in the kernel's word order") {
+  const char* tcp =
+      "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  "
+      "timeout inode\n"
+      "   0: 0100007F:0438 00000000:0000 0A 00000000:00000000 00:00000000 00000000  4343 "
+      "       0 1 1 0000000000000000 100 0 0 10 0\n"
+      "   1: 0F05A8C0:A2F2 0205A8C0:0035 01 00000000:00000000 00:00000000 00000000  4242 "
+      "       0 2 1\n"
+      "   2: garbage\n"
+      "   3: 3500007F:0035 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0 "
+      "       0 3 1\n";
+  auto v = parse_proc_net_listeners(tcp, "tcp", false);
+  REQUIRE(v.size() == 2);
+  CHECK(v[0] == Listener{"tcp", "127.0.0.1", 1080, 4343});
+  CHECK(v[1] == Listener{"tcp", "127.0.0.53", 53, 0});
+  const char* tcp6 =
+      "  sl  local_address                         remote_address                        st "
+      "tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+      "   0: 00000000000000000000000001000000:1F90 00000000000000000000000000000000:0000 0A "
+      "00000000:00000000 00:00000000 00000000   998        0 4 1\n";
+  auto w = parse_proc_net_listeners(tcp6, "tcp", true);
+  REQUIRE(w.size() == 1);
+  CHECK(w[0] == Listener{"tcp", "::1", 8080, 998});
+  const char* udp =
+      "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  "
+      "timeout inode ref pointer drops\n"
+      "  1: 00000000:14E9 00000000:0000 07 00000000:00000000 00:00000000 00000000   104 "
+      "       0 5 2 0 0\n";
+  auto u = parse_proc_net_listeners(udp, "udp", false);
+  REQUIRE(u.size() == 1);
+  CHECK(u[0] == Listener{"udp", "0.0.0.0", 5353, 104});
+}
