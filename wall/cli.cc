@@ -42,7 +42,10 @@ constexpr const char* kHelp =
 usage: fy-wall <command> <wall> [options]
 
 commands:
-  render   print the ruleset the config renders (needs no privileges)
+  render   print the ruleset the config renders (needs no privileges);
+           `render families` prints the guest's modprobe.d file that keeps
+           the kernel from loading the socket families a dev box never
+           needs (wall/dist/fy-wall-families.conf)
   apply    replace the wall's tables whole, in one transaction, and for the
            guard set its policy routes; with --check, validate only
   remove   delete the wall's tables (and the guard's policy routes)
@@ -101,6 +104,7 @@ struct Options {
   Flags flags;
   bool check = false;
   size_t log_lines = 5;
+  bool families = false;  // `render families`
 };
 
 class Cli {
@@ -239,6 +243,10 @@ int Cli::parse_args(int argc, char** argv) {
     return fail(kExitUsage, fmt::format("name the wall to {}: machine, guard or host (e.g. "
                                         "fy-wall {} machine --config FILE)",
                                         o_.command, o_.command));
+  }
+  if (o_.command == "render" && positional[1] == "families" && positional.size() == 2) {
+    o_.families = true;  // the guest's modprobe.d file: no wall, no config
+    return kExitOk;
   }
   if (positional[1] == "machine")
     o_.wall = Wall::machine;
@@ -824,6 +832,10 @@ int Cli::run(int argc, char** argv) {
   }
   if (o_.command == "version") {
     fmt::print(out_, "fy-wall {}\n", kVersion);
+    return kExitOk;
+  }
+  if (o_.families) {
+    fmt::print(out_, "{}", render_families());
     return kExitOk;
   }
   if (o_.command == "render") return cmd_render();

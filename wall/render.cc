@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "wall/parse.h"
 
 namespace fy::wall {
@@ -319,6 +321,62 @@ std::vector<PolicyRule> guard_rules(const GuardSpec& g) {
   for (const IdRange& ids : g.walled.ranges()) {
     for (const PortRange& p : g.ports) {
       out.push_back(PolicyRule{ids, p, g.gateway, g.route_table, g.rule_priority});
+    }
+  }
+  return out;
+}
+
+const std::vector<BlockedFamily>& blocked_families() {
+  static const std::vector<BlockedFamily> v = {
+      {"net-pf-33", "rxrpc", "AF_RXRPC: sends through the kernel's UDP socket"},
+      {"net-pf-21", "rds", "AF_RDS: rds_tcp carries it on kernel TCP connections"},
+      {"net-pf-30", "tipc", "AF_TIPC: a UDP bearer sends through a kernel socket"},
+      {"net-pf-43", "smc", "AF_SMC: its CLC handshake is a kernel TCP socket"},
+      {"net-pf-41", "kcm", "AF_KCM: multiplexes over attached TCP sockets"},
+      {"net-pf-29", "can", "AF_CAN: a bus, not in a VM"},
+      {"net-pf-42", "qrtr", "AF_QRTR: Qualcomm IPC router, not in a VM"},
+      {"net-pf-45", "mctp", "AF_MCTP: management bus transport"},
+      {"net-pf-36", "ieee802154", "AF_IEEE802154: a radio link layer"},
+      {"net-pf-31", "bluetooth", "AF_BLUETOOTH: no radio in a VM"},
+      {"net-pf-35", "phonet", "AF_PHONET: a modem link layer"},
+      {"net-pf-37", "caif", "AF_CAIF: a modem link layer"},
+      {"net-pf-39", "nfc", "AF_NFC: no radio in a VM"},
+      {"net-pf-3", "ax25", "AF_AX25: amateur radio"},
+      {"net-pf-6", "netrom", "AF_NETROM: amateur radio"},
+      {"net-pf-11", "rose", "AF_ROSE: amateur radio"},
+      {"net-pf-9", "x25", "AF_X25: a legacy WAN link layer"},
+      {"net-pf-5", "appletalk", "AF_APPLETALK: a legacy network layer, not IP"},
+      {"net-pf-4", "ipx", "AF_IPX: a legacy network layer, not IP"},
+      {"net-pf-8", "atm", "AF_ATMPVC: no ATM in a VM"},
+      {"net-pf-20", "atm", "AF_ATMSVC: no ATM in a VM"},
+      {"net-pf-24", "pppoe", "AF_PPPOX: PPPoE and L2TP sessions, kernel-sent frames"},
+      {"net-pf-15", "af_key", "AF_KEY: IPsec keys (root only, but a kernel sender)"},
+      {"net-pf-2-proto-132", "sctp", "SCTP: not named by any wall rule"},
+      {"net-pf-10-proto-132", "sctp", "SCTP over IPv6"},
+      {"net-pf-2-proto-33", "dccp", "DCCP (gone from kernel 6.16)"},
+      {"net-pf-10-proto-33", "dccp", "DCCP over IPv6"},
+      {"net-pf-2-proto-115", "l2tp_ip", "L2TP over IP: kernel-sent tunnels"},
+      {"net-pf-10-proto-115", "l2tp_ip6", "L2TP over IPv6"},
+  };
+  return v;
+}
+
+std::string render_families() {
+  std::string out;
+  out += "# fy-wall: socket families a foldyard guest never needs (`fy-wall render families`).\n";
+  out += "# Most send through kernel sockets, which have no socket file, so the machine\n";
+  out += "# wall's uid rules cannot say whose their packets are; its ownerless chain\n";
+  out += "# drops their new flows, and this file keeps the kernel from loading them at\n";
+  out += "# all: `install ALIAS /bin/false` fails socket()'s autoload (kmod looks\n";
+  out += "# install commands up by the name asked for, before modules.alias), and\n";
+  out += "# `install MODULE /bin/false` an explicit modprobe.\n";
+  out += "# vsock is not here: Lima's vz driver carries the guest agent over it.\n";
+  std::vector<std::string> modules;
+  for (const BlockedFamily& f : blocked_families()) {
+    out += fmt::format("# {}\ninstall {} /bin/false\n", f.why, f.alias);
+    if (std::find(modules.begin(), modules.end(), f.module) == modules.end()) {
+      modules.push_back(f.module);
+      out += fmt::format("install {} /bin/false\n", f.module);
     }
   }
   return out;

@@ -179,6 +179,25 @@ class Golden(unittest.TestCase):
         self.assertIn("ip6 daddr 2001:db8::53 tcp dport 53 accept", r.stdout)
         self.assertNotIn("\t\tudp dport 53 accept", r.stdout)
 
+    def test_families_file_is_what_render_families_prints(self):
+        """wall/dist/fy-wall-families.conf, the guest's modprobe.d file, is the
+        renderer's output (FY_UPDATE_GOLDEN=1 rewrites it); it blocks the
+        kernel-socket families by alias and by module, and never vsock."""
+        r = self.ident.fy_wall(None, "render", "families")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        path = os.path.join(n.SOURCE, "wall", "dist", "fy-wall-families.conf")
+        if os.environ.get("FY_UPDATE_GOLDEN") == "1":
+            with open(path, "w") as f:
+                f.write(r.stdout)
+        with open(path) as f:
+            self.assertEqual(r.stdout, f.read())
+        for line in ("install net-pf-33 /bin/false", "install rxrpc /bin/false",
+                     "install net-pf-21 /bin/false", "install net-pf-30 /bin/false",
+                     "install net-pf-43 /bin/false", "install net-pf-2-proto-132 /bin/false"):
+            self.assertIn(line + "\n", r.stdout)
+        self.assertNotIn("vsock", re.sub(r"#.*", "", r.stdout))
+        self.assertNotIn("net-pf-40 ", r.stdout)
+
     def test_no_rule_uses_an_anonymous_set(self):
         """A set looked up while a transaction commits can miss (render.cc)."""
         for name, wall, subuid in CASES:
