@@ -616,7 +616,7 @@ std::string uid_name(uint32_t uid) {
 // The deputies a walled principal could ask to dial for it (loopback is open
 // to it, and AF_UNIX is not netfilter's): the guest agent's socket, and every
 // listener of a uid that is not walled. Reported, not judged: which of them
-// relays is theirs to say (docs/wall-escapes.md, rows 93-95).
+// relays is theirs to say (docs/wall-escapes.md, rows 91-95).
 void Cli::print_deputies(const std::vector<IdRange>& walled, const std::string& agent_cgroup) {
   const char* env = getenv("FY_WALL_AGENT_SOCKET");  // the tests' stand-in
   const char* agent = env && *env ? env : kLimaAgentSocket;
