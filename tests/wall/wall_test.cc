@@ -6,6 +6,7 @@
 #include <string>
 
 #include "wall/config.h"
+#include "wall/dns.h"
 #include "wall/parse.h"
 #include "wall/render.h"
 
@@ -305,4 +306,91 @@ TEST_CASE("/proc/net listeners: LISTEN and bound UDP, addresses in the kernel's 
   auto u = parse_proc_net_listeners(udp, "udp", false);
   REQUIRE(u.size() == 1);
   CHECK(u[0] == Listener{"udp", "0.0.0.0", 5353, 104});
+}
+
+namespace {
+std::vector<uint8_t> dns_query(const std::string& name, uint16_t qtype = 1, uint16_t flags = 0x0100,
+                               bool opt = false) {
+  std::vector<uint8_t> w = {0x12, 0x34, uint8_t(flags >> 8), uint8_t(flags), 0, 1, 0, 0, 0, 0,
+                            0, uint8_t(opt ? 1 : 0)};
+  size_t at = 0;
+  while (at < name.size()) {
+    size_t dot = name.find('.', at);
+    if (dot == std::string::npos) dot = name.size();
+    w.push_back(uint8_t(dot - at));
+    for (size_t i = at; i < dot; ++i) w.push_back(uint8_t(name[i]));
+    at = dot + 1;
+  }
+  w.push_back(0);
+  w.insert(w.end(), {uint8_t(qtype >> 8), uint8_t(qtype), 0, 1});
+  if (opt) w.insert(w.end(), {0, 0, 41, 0x04, 0xd0, 0, 0, 0, 0, 0, 0});
+  return w;
+}
+}  // namespace
+
+TEST_CASE("dns: one standard query, strictly; anything else is refused with its reason") {
+  using namespace fy::wall::dns;
+  auto w = dns_query("WWW.Example.com", 28, 0x0100, true);
+  auto q = parse_query(w);
+  REQUIRE(q.ok());
+  CHECK(q->id == 0x1234);
+  CHECK(q->name == "www.example.com");
+  CHECK(q->qtype == 28);
+  CHECK(q->edns);
+  CHECK(parse_query(dns_query("")).ok());  // the root
+
+  auto refused = [](std::vector<uint8_t> b, const char* why) {
+    auto r = parse_query(b);
+    REQUIRE_FALSE(r.ok());
+    CHECK_MESSAGE(r.error().message.find(why) != std::string::npos, r.error().message);
+  };
+  const std::string ssh = "SSH-2.0-OpenSSH_9.2\r\n";
+  refused(std::vector<uint8_t>(ssh.begin(), ssh.end()), "");
+  refused(dns_query("example.com", 1, 0x8180), "QR set");
+  refused(dns_query("example.com", 1, 0x2800), "opcode 5");
+  refused(dns_query("example.com", 1, 0x0300), "TC set");
+  refused(dns_query("exa mple.com"), "byte 0x20 in a label");
+  refused(dns_query(std::string(64, 'a') + ".com"), "label type 0x40");
+  std::string long_name;
+  for (int i = 0; i < 5; ++i) long_name += std::string(60, 'a') + ".";
+  refused(dns_query(long_name + "com"), "longer than 253");
+  auto b = dns_query("example.com");
+  b.push_back(0);
+  refused(b, "1 bytes after the question");
+  b = dns_query("example.com");
+  b[b.size() - 1] = 3;  // class CH
+  refused(b, "class 3");
+  b = dns_query("example.com");
+  b[12] = 0xC0;  // a pointer
+  refused(b, "label type 0xc0");
+  b = dns_query("example.com");
+  b[5] = 2;
+  refused(b, "QDCOUNT 2");
+  b = dns_query("example.com");
+  b[7] = 1;
+  refused(b, "answer or authority");
+  refused(std::vector<uint8_t>(600, 0), "at most 512");
+  b = dns_query("example.com", 1, 0x0100, true);
+  b[b.size() - 9] = 40;  // not OPT
+  refused(b, "not an EDNS OPT");
+}
+
+TEST_CASE("dns: names the policy allows, and the forwarder's own answer") {
+  using namespace fy::wall::dns;
+  const std::vector<std::string> allow = {"example.com", "github.com"};
+  CHECK(name_allowed("example.com", allow));
+  CHECK(name_allowed("api.github.com", allow));
+  CHECK_FALSE(name_allowed("badexample.com", allow));
+  CHECK_FALSE(name_allowed("com", allow));
+  CHECK_FALSE(name_allowed("mzxw6ytboi.c2.attacker.test", allow));
+  CHECK_FALSE(name_allowed("x", {""}));
+  auto w = dns_query("t.attacker.test", 16, 0x0100, true);
+  auto q = parse_query(w);
+  REQUIRE(q.ok());
+  auto a = local_answer(w, *q, 5);
+  CHECK(a.size() == q->question_end);
+  CHECK(a[0] == 0x12);
+  CHECK(a[2] == 0x81);  // QR, RD kept
+  CHECK(a[3] == 0x85);  // RA, REFUSED
+  CHECK(a[11] == 0);    // the OPT record is not echoed
 }
