@@ -2,8 +2,14 @@
 
 #include <fmt/format.h>
 
+#include <pwd.h>
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <fstream>
 #include <optional>
+#include <sstream>
+#include <tuple>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -36,7 +42,10 @@ constexpr const char* kHelp =
 usage: fy-wall <command> <wall> [options]
 
 commands:
-  render   print the ruleset the config renders (needs no privileges)
+  render   print the ruleset the config renders (needs no privileges);
+           `render families` prints the guest's modprobe.d file that keeps
+           the kernel from loading the socket families a dev box never
+           needs (wall/dist/fy-wall-families.conf)
   apply    replace the wall's tables whole, in one transaction, and for the
            guard set its policy routes; with --check, validate only
   remove   delete the wall's tables (and the guard's policy routes)
@@ -54,8 +63,15 @@ options:
                          then SUDO_UID
   --gateway IPV4         the host gateway (machine, guard)
   --ports LIST           port bands, e.g. 41000-41089,41100-41189
-  --resolvers LIST       where DNS may go (machine); default the private ranges
-  --forward-allow LIST   what the forward chain admits (machine); same default
+  --resolvers LIST       where DNS may go (machine); default the IPv4 nameservers
+                         of /etc/resolv.conf (FY_WALL_RESOLV_CONF) that are not
+                         loopback, else 192.168.5.3 (Lima's)
+  --forward-allow LIST   what the forward chain admits (machine); default the
+                         private ranges
+  --agent-cgroup PATH    the guest agent's cgroup, which may reach only local
+                         addresses (machine; default
+                         system.slice/lima-guestagent.service if it exists;
+                         "" for none)
   --subuid-file FILE     the subuid database (default /etc/subuid)
   --listener IPV4        the forwarder's VM listener (guard; default 127.42.0.1)
   --route-table N        the guard's routing table (default 4747)
@@ -88,6 +104,7 @@ struct Options {
   Flags flags;
   bool check = false;
   size_t log_lines = 5;
+  bool families = false;  // `render families`
 };
 
 class Cli {
@@ -124,6 +141,7 @@ class Cli {
   int cmd_apply();
   int cmd_remove();
   int cmd_status();
+  void print_deputies(const std::vector<IdRange>& walled, const std::string& agent_cgroup);
   int status_tables(Nft& nft, const std::vector<TableRef>& tables,
                     const std::optional<std::string>& rendered, bool* all_good);
 
@@ -174,6 +192,8 @@ int Cli::parse_args(int argc, char** argv) {
       slot = &f.resolvers;
     else if (name == "--forward-allow")
       slot = &f.forward_allow;
+    else if (name == "--agent-cgroup")
+      slot = &f.agent_cgroup;
     else if (name == "--subuid-file")
       slot = &f.subuid_file;
     else if (name == "--listener")
@@ -224,6 +244,10 @@ int Cli::parse_args(int argc, char** argv) {
                                         "fy-wall {} machine --config FILE)",
                                         o_.command, o_.command));
   }
+  if (o_.command == "render" && positional[1] == "families" && positional.size() == 2) {
+    o_.families = true;  // the guest's modprobe.d file: no wall, no config
+    return kExitOk;
+  }
   if (positional[1] == "machine")
     o_.wall = Wall::machine;
   else if (positional[1] == "guard")
@@ -269,6 +293,8 @@ struct Rendered {
   std::string summary;
   std::optional<GuardSpec> guard;
   std::optional<HostSpec> host;
+  std::string agent_cgroup;  // the machine wall's, "" for none
+  std::vector<IdRange> walled;  // the machine wall's walled uids
 };
 
 Result<Rendered> render_wall(Wall w, const Settings& s) {
@@ -280,6 +306,8 @@ Result<Rendered> render_wall(Wall w, const Settings& s) {
       if (!m) return std::move(m).take_error();
       r.text = render_machine(*m);
       r.tables = machine_tables();
+      r.agent_cgroup = m->agent_cgroup;
+      r.walled = m->walled.ranges();
       r.summary = describe_machine(*m);
       break;
     }
@@ -293,7 +321,7 @@ Result<Rendered> render_wall(Wall w, const Settings& s) {
       break;
     }
     case Wall::host: {
-      auto h = host_spec(s);
+      auto h = host_spec(s, env);
       if (!h) return std::move(h).take_error();
       r.text = render_host(*h);
       r.tables = host_tables(*h);
@@ -426,6 +454,13 @@ int Cli::cmd_apply() {
   if (!r) return fail(r.error());
   if (*o_.wall == Wall::host) {
     if (auto p = host_prepare(r->host); !p) return fail(p.error());
+  }
+  if (!r->agent_cgroup.empty()) {  // nft resolves the agent's cgroup as the host wall's
+    if (auto p = host_prepare(std::nullopt); !p) return fail(p.error());
+    if (auto e = check_cgroup_exists(r->agent_cgroup); !e) {
+      return fail(Error{Errc::io, e.error().message + " (the guest agent's, --agent-cgroup; "
+                                                      "\"\" for none)"});
+    }
   }
   auto nft = Nft::open();
   if (!nft) return fail(nft.error());
@@ -562,6 +597,71 @@ std::vector<std::string> diff_lines(std::string_view live, std::string_view want
   return out;
 }
 
+namespace {
+
+std::string read_small_file(const std::string& path) {
+  std::ifstream f(path);
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::string uid_name(uint32_t uid) {
+  struct passwd* pw = getpwuid(uid);
+  return pw ? fmt::format("{} ({})", uid, pw->pw_name) : std::to_string(uid);
+}
+
+}  // namespace
+
+// The deputies a walled principal could ask to dial for it (loopback is open
+// to it, and AF_UNIX is not netfilter's): the guest agent's socket, and every
+// listener of a uid that is not walled. Reported, not judged: which of them
+// relays is theirs to say (docs/wall-escapes.md, rows 91-95).
+void Cli::print_deputies(const std::vector<IdRange>& walled, const std::string& agent_cgroup) {
+  const char* env = getenv("FY_WALL_AGENT_SOCKET");  // the tests' stand-in
+  const char* agent = env && *env ? env : kLimaAgentSocket;
+  struct stat st {};
+  if (stat(agent, &st) == 0) {
+    bool theirs = false;
+    for (const IdRange& r : walled) theirs = theirs || (st.st_uid >= r.lo && st.st_uid <= r.hi);
+    fmt::print(out_, "guest agent socket {}: owner {}, mode {:04o}{}\n", agent,
+               uid_name(st.st_uid), st.st_mode & 07777,
+               theirs || (st.st_mode & 0006) == 0006
+                   ? " — a walled principal can ask the agent to dial for it"
+                   : "");
+  } else {
+    fmt::print(out_, "guest agent socket {}: absent\n", agent);
+  }
+  fmt::print(out_, "guest agent cgroup: {}\n",
+             agent_cgroup.empty() ? std::string("none named (its sockets are not limited)")
+                                  : agent_cgroup + " (reaches only local addresses)");
+  std::vector<Listener> all;
+  for (auto [file, proto, v6] : {std::tuple{"/proc/net/tcp", "tcp", false},
+                                 std::tuple{"/proc/net/tcp6", "tcp", true},
+                                 std::tuple{"/proc/net/udp", "udp", false},
+                                 std::tuple{"/proc/net/udp6", "udp", true}}) {
+    for (Listener& l : parse_proc_net_listeners(read_small_file(file), proto, v6))
+      all.push_back(std::move(l));
+  }
+  std::vector<Listener> others;
+  for (const Listener& l : all) {
+    bool w = false;
+    for (const IdRange& r : walled) w = w || (l.uid >= r.lo && l.uid <= r.hi);
+    if (!w) others.push_back(l);
+  }
+  fmt::print(out_, "listeners of other uids (each could relay for a walled client): {}\n",
+             others.size());
+  size_t shown = 0;
+  for (const Listener& l : others) {
+    if (++shown > 20) {
+      fmt::print(out_, "  ... and {} more\n", others.size() - 20);
+      break;
+    }
+    const std::string at = l.addr.find(':') != std::string::npos ? "[" + l.addr + "]" : l.addr;
+    fmt::print(out_, "  {} {}:{} uid {}\n", l.proto, at, l.port, uid_name(l.uid));
+  }
+}
+
 int Cli::cmd_status() {
   const Wall w = *o_.wall;
   bool compare = o_.config.has_value();
@@ -587,7 +687,7 @@ int Cli::cmd_status() {
     if (!s->host.vm) return fail(kExitBadInput, "--vm (or --config) is required for a host wall");
     tables = host_tables_for(s->host.vm->value);
   }
-  if (w == Wall::host) {
+  if (w == Wall::host || w == Wall::machine) {  // the machine wall may name the agent's cgroup
     if (auto p = host_prepare(std::nullopt); !p) return fail(p.error());
   }
   std::vector<std::string> want;
@@ -690,6 +790,7 @@ int Cli::cmd_status() {
     }
   }
   if (r) fmt::print(out_, "rendered: {}\n", r->summary);
+  if (w == Wall::machine && r) print_deputies(r->walled, r->agent_cgroup);
 
   if (w == Wall::host) {
     // The host wall counts its refusals instead of logging them.
@@ -731,6 +832,10 @@ int Cli::run(int argc, char** argv) {
   }
   if (o_.command == "version") {
     fmt::print(out_, "fy-wall {}\n", kVersion);
+    return kExitOk;
+  }
+  if (o_.families) {
+    fmt::print(out_, "{}", render_families());
     return kExitOk;
   }
   if (o_.command == "render") return cmd_render();

@@ -1,5 +1,8 @@
 #include "wall/config.h"
 
+#include <sys/stat.h>
+#include <cstdio>
+
 #include <pwd.h>
 #include <unistd.h>
 
@@ -300,13 +303,28 @@ const char* wall_name(Wall w) {
 
 bool Flags::any() const {
   return user || gateway || ports || resolvers || forward_allow || subuid_file || listener ||
-         route_table || rule_priority || vm || cgroup || proxy_port_base;
+         route_table || rule_priority || vm || cgroup || proxy_port_base || agent_cgroup;
 }
 
 Env Env::from_process() {
   Env e;
   if (const char* v = getenv("FY_WALL_UID")) e.fy_wall_uid = v;
   if (const char* v = getenv("SUDO_UID")) e.sudo_uid = v;
+  const char* rc = getenv("FY_WALL_RESOLV_CONF");
+  if (FILE* f = fopen(rc && *rc ? rc : "/etc/resolv.conf", "re")) {
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0 && e.resolv_conf.size() < (1 << 20))
+      e.resolv_conf.append(buf, n);
+    fclose(f);
+  }
+  for (const char* root : {"/sys/fs/cgroup/unified/", "/sys/fs/cgroup/"}) {
+    struct stat st;
+    std::string probe = std::string(root) + "cgroup.procs";
+    if (stat(probe.c_str(), &st) != 0) continue;
+    e.lima_agent_cgroup = stat((std::string(root) + kLimaAgentCgroup).c_str(), &st) == 0;
+    break;
+  }
   return e;
 }
 
@@ -325,6 +343,13 @@ Result<Settings> read_config(std::string_view text, const std::string& path) {
     set(s.machine.forward_allow, *m, "forward_allow",
         string_or_list<std::vector<Cidr4>>(*m, "forward_allow",
                                            [](const auto& x) { return parse_cidrs(x); }));
+    if (auto v = m->string("agent_cgroup")) {
+      if (v->empty())
+        set(s.machine.agent_cgroup, *m, "agent_cgroup", std::optional<std::string>(""));
+      else
+        set(s.machine.agent_cgroup, *m, "agent_cgroup",
+            take(*m, "agent_cgroup", parse_cgroup_path(*v)));
+    }
     m->finish();
   }
   if (auto g = root.table("guard")) {
@@ -389,10 +414,18 @@ Result<void> apply_flags(Settings& s, Wall wall, const Flags& f) {
       if (f.forward_allow) {
         FY_TRY(flag(s.machine.forward_allow, "--forward-allow", parse_cidrs(*f.forward_allow)));
       }
+      if (f.agent_cgroup) {
+        if (f.agent_cgroup->empty())
+          s.machine.agent_cgroup = Sourced<std::string>{"", "--agent-cgroup"};
+        else
+          FY_TRY(flag(s.machine.agent_cgroup, "--agent-cgroup",
+                      parse_cgroup_path(*f.agent_cgroup)));
+      }
       return ok();
     case Wall::guard:
       FY_TRY(refuse_flag(f.resolvers, "--resolvers", wall, "machine wall"));
       FY_TRY(refuse_flag(f.forward_allow, "--forward-allow", wall, "machine wall"));
+      FY_TRY(refuse_flag(f.agent_cgroup, "--agent-cgroup", wall, "machine wall"));
       FY_TRY(refuse_flag(f.vm, "--vm", wall, "host wall"));
       FY_TRY(refuse_flag(f.cgroup, "--cgroup", wall, "host wall"));
       FY_TRY(refuse_flag(f.proxy_port_base, "--proxy-port-base", wall, "host wall"));
@@ -419,6 +452,7 @@ Result<void> apply_flags(Settings& s, Wall wall, const Flags& f) {
       FY_TRY(refuse_flag(f.subuid_file, "--subuid-file", wall, "machine wall and the guard"));
       FY_TRY(refuse_flag(f.resolvers, "--resolvers", wall, "machine wall"));
       FY_TRY(refuse_flag(f.forward_allow, "--forward-allow", wall, "machine wall"));
+      FY_TRY(refuse_flag(f.agent_cgroup, "--agent-cgroup", wall, "machine wall"));
       FY_TRY(refuse_flag(f.listener, "--listener", wall, "guard"));
       FY_TRY(refuse_flag(f.route_table, "--route-table", wall, "guard"));
       FY_TRY(refuse_flag(f.rule_priority, "--rule-priority", wall, "guard"));
@@ -449,7 +483,10 @@ Result<MachineSpec> machine_spec(const Settings& s, const Env& env) {
   m.walled = std::move(*p);
   m.gateway = k.gateway->value;
   m.ports = k.ports->value;
-  m.resolvers = k.resolvers ? k.resolvers->value : *parse_cidrs(kPrivateRanges);
+  m.resolvers = k.resolvers ? k.resolvers->value : default_machine_resolvers(env.resolv_conf);
+  m.agent_cgroup = k.agent_cgroup  ? k.agent_cgroup->value
+                   : env.lima_agent_cgroup ? std::string(kLimaAgentCgroup)
+                                           : std::string();
   m.forward_allow = k.forward_allow ? k.forward_allow->value : *parse_cidrs(kPrivateRanges);
   return m;
 }
@@ -481,7 +518,24 @@ std::pair<uint32_t, uint32_t> guard_route_ids(const Settings& s) {
           s.guard.rule_priority ? s.guard.rule_priority->value : kDefaultRulePriority};
 }
 
-Result<HostSpec> host_spec(const Settings& s) {
+std::vector<Cidr4> default_machine_resolvers(std::string_view resolv_conf) {
+  std::vector<Cidr4> out;
+  for (const std::string& a : parse_resolv_conf(resolv_conf)) {
+    auto ip = parse_ipv4(a);
+    if (!ip || (*ip >> 24) == 127) continue;  // IPv6, or loopback (lo is open already)
+    out.push_back(Cidr4{*ip, 32});
+  }
+  if (out.empty()) out.push_back(Cidr4{*parse_ipv4(kLimaResolver), 32});
+  return out;
+}
+
+std::vector<std::string> default_host_resolvers(std::string_view resolv_conf) {
+  std::vector<std::string> out = parse_resolv_conf(resolv_conf);
+  if (out.empty()) out.emplace_back("127.0.0.1");  // what libc asks when none is named
+  return out;
+}
+
+Result<HostSpec> host_spec(const Settings& s, const Env& env) {
   const HostKeys& h = s.host;
   if (!h.vm) return missing(s, "host", "vm", "--vm", "\"dev\"");
   if (!h.cgroup) {
@@ -495,6 +549,7 @@ Result<HostSpec> host_spec(const Settings& s) {
   out.cgroup = h.cgroup->value;
   out.ports = h.ports->value;
   out.proxy_port_base = h.proxy_port_base ? h.proxy_port_base->value : h.ports->value.front().lo;
+  out.resolvers = default_host_resolvers(env.resolv_conf);
   return out;
 }
 

@@ -8,7 +8,9 @@
 //   user = "alice"            # or 1000; default FY_WALL_UID, then SUDO_UID
 //   gateway = "192.168.5.2"
 //   ports = ["41000-41089", "41100-41189"]
-//   resolvers = [...]         # default: 127/8, 10/8, 172.16/12, 192.168/16
+//   resolvers = [...]         # default: resolv.conf's IPv4 nameservers (not
+//                             # loopback: lo is open), else Lima's 192.168.5.3
+//   agent_cgroup = "system.slice/lima-guestagent.service"  # default: that, if it exists
 //   forward_allow = [...]     # default: the same four
 //   subuid_file = "/etc/subuid"
 //
@@ -59,6 +61,7 @@ struct WallKeys {
 struct MachineKeys : WallKeys {
   std::optional<Sourced<std::vector<Cidr4>>> resolvers;
   std::optional<Sourced<std::vector<Cidr4>>> forward_allow;
+  std::optional<Sourced<std::string>> agent_cgroup;  // "" = none
 };
 
 struct GuardKeys : WallKeys {
@@ -94,6 +97,7 @@ struct Flags {
   std::optional<std::string> user, gateway, ports, resolvers, forward_allow, subuid_file;
   std::optional<std::string> listener, route_table, rule_priority;
   std::optional<std::string> vm, cgroup, proxy_port_base;
+  std::optional<std::string> agent_cgroup;
   bool any() const;
 };
 
@@ -105,6 +109,11 @@ Result<void> apply_flags(Settings& s, Wall wall, const Flags& flags);
 struct Env {
   std::optional<std::string> fy_wall_uid;  // FY_WALL_UID
   std::optional<std::string> sudo_uid;     // SUDO_UID
+  // The resolv.conf the defaults of the resolvers are read from: the file
+  // FY_WALL_RESOLV_CONF names, else /etc/resolv.conf ("" when unreadable).
+  std::string resolv_conf;
+  // Whether kLimaAgentCgroup exists under the cgroup2 root.
+  bool lima_agent_cgroup = false;
   static Env from_process();
 };
 
@@ -113,7 +122,13 @@ struct Env {
 // entry, and a subuid range that holds the user's own uid.
 Result<MachineSpec> machine_spec(const Settings& s, const Env& env);
 Result<GuardSpec> guard_spec(const Settings& s, const Env& env);
-Result<HostSpec> host_spec(const Settings& s);
+Result<HostSpec> host_spec(const Settings& s, const Env& env);
+
+// The defaults of the resolvers, from a resolv.conf text: the machine wall
+// takes its IPv4 nameservers that are not loopback (else kLimaResolver); the
+// host wall takes every nameserver (else 127.0.0.1, libc's default).
+std::vector<Cidr4> default_machine_resolvers(std::string_view resolv_conf);
+std::vector<std::string> default_host_resolvers(std::string_view resolv_conf);
 
 // Just the guard's routing table and rule priority (defaults when absent):
 // enough to remove its policy routes without resolving the user.

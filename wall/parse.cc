@@ -2,7 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <arpa/inet.h>
+
 #include <algorithm>
+#include <cstring>
 
 #include "core/text.h"
 
@@ -415,6 +418,94 @@ std::string format_mark(uint16_t proxy_port_base) {
 
 std::string format_local_mark(uint16_t proxy_port_base) {
   return fmt::format("{:#010x}", (uint32_t{0xF4} << 24) | (uint32_t{1} << 16) | proxy_port_base);
+}
+
+std::vector<std::string> parse_resolv_conf(std::string_view text) {
+  std::vector<std::string> out;
+  while (!text.empty()) {
+    size_t nl = text.find('\n');
+    std::string_view line = text.substr(0, nl);
+    text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
+    auto word = [&line]() {
+      size_t b = line.find_first_not_of(" \t\r");
+      if (b == std::string_view::npos) return std::string_view{};
+      size_t e = line.find_first_of(" \t\r", b);
+      std::string_view w = line.substr(b, e == std::string_view::npos ? line.size() - b : e - b);
+      line = e == std::string_view::npos ? std::string_view{} : line.substr(e);
+      return w;
+    };
+    if (word() != "nameserver") continue;
+    std::string addr(word());
+    if (addr.size() > 45) continue;
+    unsigned char buf[16];
+    char txt[INET6_ADDRSTRLEN];
+    int fam = addr.find(':') == std::string::npos ? AF_INET : AF_INET6;
+    if (inet_pton(fam, addr.c_str(), buf) != 1) continue;
+    if (!inet_ntop(fam, buf, txt, sizeof txt)) continue;
+    if (std::find(out.begin(), out.end(), txt) == out.end()) out.emplace_back(txt);
+  }
+  return out;
+}
+
+std::vector<Listener> parse_proc_net_listeners(std::string_view text, std::string_view proto,
+                                               bool v6) {
+  // "  sl  local_address rem_address   st tx_queue:rx_queue tr:tm->when retrnsmt   uid ..."
+  // local_address is the address as the kernel stores it (each 32-bit word in
+  // host order, printed %08X), ':', the port %04X.
+  std::vector<Listener> out;
+  const std::string_view want = proto == "tcp" ? "0A" : "07";
+  bool header = true;
+  while (!text.empty()) {
+    size_t nl = text.find('\n');
+    std::string_view line = text.substr(0, nl);
+    text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
+    if (header) {
+      header = false;
+      continue;
+    }
+    std::vector<std::string_view> f;
+    for (size_t at = 0; at < line.size() && f.size() < 8;) {
+      size_t b = line.find_first_not_of(' ', at);
+      if (b == std::string_view::npos) break;
+      size_t e = line.find(' ', b);
+      if (e == std::string_view::npos) e = line.size();
+      f.push_back(line.substr(b, e - b));
+      at = e;
+    }
+    if (f.size() < 8 || f[3] != want) continue;
+    std::string_view local = f[1];
+    size_t colon = local.find(':');
+    const size_t hexlen = v6 ? 32 : 8;
+    if (colon != hexlen || local.size() != hexlen + 5) continue;
+    unsigned char raw[16];
+    bool bad = false;
+    for (size_t w = 0; w < hexlen / 8 && !bad; ++w) {
+      uint32_t word = 0;
+      for (size_t k = 0; k < 8; ++k) {
+        char c = local[w * 8 + k];
+        int v = c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (v < 0) bad = true;
+        word = (word << 4) | static_cast<uint32_t>(v < 0 ? 0 : v);
+      }
+      std::memcpy(raw + w * 4, &word, 4);  // host order, as the kernel printed it
+    }
+    uint32_t port = 0, uid = 0;
+    for (char c : local.substr(colon + 1)) {
+      int v = c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+      if (v < 0) bad = true;
+      port = (port << 4) | static_cast<uint32_t>(v < 0 ? 0 : v);
+    }
+    if (f[7].empty() || f[7].size() > 10) bad = true;
+    for (char c : f[7]) {
+      if (c < '0' || c > '9') bad = true;
+      uid = uid * 10 + static_cast<uint32_t>(c - '0');
+    }
+    if (bad) continue;
+    char txt[INET6_ADDRSTRLEN];
+    if (!inet_ntop(v6 ? AF_INET6 : AF_INET, raw, txt, sizeof txt)) continue;
+    out.push_back(Listener{std::string(proto), txt, static_cast<uint16_t>(port), uid});
+  }
+  return out;
 }
 
 }  // namespace fy::wall

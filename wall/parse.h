@@ -65,6 +65,23 @@ Result<std::string> parse_cgroup_path(std::string_view s);
 int cgroup_level(std::string_view normalized);
 
 // Formatters, in nft's own spelling.
+// The `nameserver` addresses of a resolv.conf text, in order, canonical
+// (inet_ntop) text; malformed lines are skipped, as the resolver does.
+std::vector<std::string> parse_resolv_conf(std::string_view text);
+
+// One listening socket from /proc/net/{tcp,tcp6,udp,udp6}: TCP in LISTEN,
+// UDP bound and unconnected. `addr` is canonical text.
+struct Listener {
+  std::string proto;  // "tcp", "udp"
+  std::string addr;
+  uint16_t port = 0;
+  uint32_t uid = 0;
+  bool operator==(const Listener&) const = default;
+};
+// Parses a /proc/net table (the kernel's text; malformed lines are skipped).
+std::vector<Listener> parse_proc_net_listeners(std::string_view text, std::string_view proto,
+                                               bool v6);
+
 std::string format_range(const PortRange& r);   // "41000-41089", "41000"
 std::string format_id_range(const IdRange& r);  // "4242", "100000-165535"
 std::string format_ipv4(uint32_t host_order);

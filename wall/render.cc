@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "wall/parse.h"
 
 namespace fy::wall {
@@ -63,6 +65,12 @@ std::string render_machine(const MachineSpec& m) {
   out += fmt::format("table inet {} {{\n", kMachineTable);
   out += "\tchain output {\n";
   out += "\t\ttype filter hook output priority 0; policy accept;\n";
+  if (!m.agent_cgroup.empty()) {
+    out += "\t\t# The guest agent dials any address as root for whoever reaches its socket\n";
+    out += "\t\t# (Lima's Tunnel call): its sockets reach only this machine.\n";
+    out += fmt::format("\t\tsocket cgroupv2 level {} \"{}\" jump agent\n",
+                       cgroup_level(m.agent_cgroup), m.agent_cgroup);
+  }
   out += "\t\t# loopback is always open\n";
   out += "\t\toifname \"lo\" accept\n";
   out += "\t\t# The policy is accept: only what a walled principal's socket sends is\n";
@@ -72,6 +80,40 @@ std::string render_machine(const MachineSpec& m) {
   for (const IdRange& r : walled) {
     out += fmt::format("\t\tmeta skuid {} jump walled\n", format_id_range(r));
   }
+  out += "\t\t# every other user's socket is not walled\n";
+  out += "\t\tmeta skuid 0-4294967295 accept\n";
+  out += "\t\t# No socket file: `meta skuid` cannot say whose it is (a kernel socket, a\n";
+  out += "\t\t# TIME_WAIT or closed socket, a listener's SYN-ACK). Judged by what the\n";
+  out += "\t\t# kernel itself sends, so no socket family that transmits through a kernel\n";
+  out += "\t\t# socket (rxrpc, rds_tcp, tipc's UDP bearer, an MPTCP join) carries anyone out.\n";
+  out += "\t\tjump ownerless\n";
+  out += "\t}\n";
+  if (!m.agent_cgroup.empty()) {
+    out += "\tchain agent {\n";
+    out += "\t\toifname \"lo\" accept\n";
+    out += "\t\tlog prefix \"fy-wall-agent \" counter\n";
+    out += "\t\tmeta l4proto tcp reject with tcp reset\n";
+    out += "\t\treject\n";
+    out += "\t}\n";
+  }
+  out += "\tchain ownerless {\n";
+  out += "\t\t# replies on flows others opened: SYN-ACKs, the kernel's resets and ICMP errors\n";
+  out += "\t\tct direction reply accept\n";
+  out += "\t\t# ICMP errors about a tracked flow\n";
+  out += "\t\tct state related meta l4proto icmp accept\n";
+  out += "\t\tct state related meta l4proto ipv6-icmp accept\n";
+  out += "\t\t# a TIME_WAIT or closed socket's ACK, FIN or RST on a tracked flow (its SYN\n";
+  out += "\t\t# was judged when its socket still had a file)\n";
+  out += "\t\tct state established meta l4proto tcp tcp flags & syn == 0 accept\n";
+  out += "\t\t# neighbour discovery and multicast listener reports: link-local, hop limit 1\n";
+  for (const char* t : {"nd-router-solicit", "nd-neighbor-solicit", "nd-neighbor-advert"})
+    out += fmt::format("\t\ticmpv6 type {} ip6 hoplimit 255 accept\n", t);
+  for (const char* t : {"mld-listener-report", "mld-listener-done", "mld2-listener-report"})
+    out += fmt::format("\t\ticmpv6 type {} ip6 hoplimit 1 accept\n", t);
+  out += "\t\tip protocol igmp ip ttl 1 accept\n";
+  out += "\t\t# anything else: a new flow no user socket opened\n";
+  out += "\t\tlog prefix \"fy-wall-ownerless \" counter\n";
+  out += "\t\tdrop\n";
   out += "\t}\n";
   out += "\tchain walled {\n";
   out += "\t\t# Replies on flows others opened to them. Not `ct state established`, which\n";
@@ -79,7 +121,7 @@ std::string render_machine(const MachineSpec& m) {
   out += "\t\t# port of root's finished UDP exchange met root's conntrack entry and got\n";
   out += "\t\t# out (docs/wall-escapes.md). Their own flows meet the rules below again.\n";
   out += "\t\tct direction reply accept\n";
-  out += "\t\t# DNS only to private resolvers: a public :53 is an exfil tunnel\n";
+  out += "\t\t# DNS only to the resolvers the VM uses: any other :53 carries any protocol\n";
   for (const Cidr4& c : m.resolvers) {
     out += fmt::format("\t\tip daddr {} udp dport 53 accept\n", format_cidr(c));
     out += fmt::format("\t\tip daddr {} tcp dport 53 accept\n", format_cidr(c));
@@ -194,7 +236,7 @@ std::string render_host(const HostSpec& h) {
   std::string out;
   out +=
       fmt::format("# fy-wall host wall for VM '{}': its processes (cgroup {})\n", h.vm, h.cgroup);
-  out += "# may reach DNS, and loopback only on the project's port band.\n";
+  out += "# may reach the host's resolvers, and loopback only on the project's port band.\n";
   out += "# Apply with `fy-wall apply host`: this text replaces the table's rules in one\n";
   out += "# transaction. The cgroup must exist when it is applied (nft keys on its id).\n";
   out += flush_preamble(host_tables(h));
@@ -211,8 +253,13 @@ std::string render_host(const HostSpec& h) {
   out += "\t\t# before the wall stayed open (docs/wall-escapes.md). The VM's own flows\n";
   out += "\t\t# meet the rules below on every packet.\n";
   out += "\t\tct direction reply accept\n";
-  out += "\t\tudp dport 53 accept\n";
-  out += "\t\ttcp dport 53 accept\n";
+  out += "\t\t# DNS only to the host's own resolvers (its resolv.conf): port 53 to anywhere\n";
+  out += "\t\t# carried any protocol to any host\n";
+  for (const std::string& r : h.resolvers) {
+    const char* fam = r.find(':') == std::string::npos ? "ip" : "ip6";
+    out += fmt::format("\t\t{} daddr {} udp dport 53 accept\n", fam, r);
+    out += fmt::format("\t\t{} daddr {} tcp dport 53 accept\n", fam, r);
+  }
   out += "\t\t# a loopback flow the input chain admitted to one of the VM's own listeners\n";
   out += fmt::format("\t\toif \"lo\" ct mark {} accept\n", local);
   out += "\t\t# any other loopback packet is marked as the project's and judged on input\n";
@@ -279,6 +326,62 @@ std::vector<PolicyRule> guard_rules(const GuardSpec& g) {
   return out;
 }
 
+const std::vector<BlockedFamily>& blocked_families() {
+  static const std::vector<BlockedFamily> v = {
+      {"net-pf-33", "rxrpc", "AF_RXRPC: sends through the kernel's UDP socket"},
+      {"net-pf-21", "rds", "AF_RDS: rds_tcp carries it on kernel TCP connections"},
+      {"net-pf-30", "tipc", "AF_TIPC: a UDP bearer sends through a kernel socket"},
+      {"net-pf-43", "smc", "AF_SMC: its CLC handshake is a kernel TCP socket"},
+      {"net-pf-41", "kcm", "AF_KCM: multiplexes over attached TCP sockets"},
+      {"net-pf-29", "can", "AF_CAN: a bus, not in a VM"},
+      {"net-pf-42", "qrtr", "AF_QRTR: Qualcomm IPC router, not in a VM"},
+      {"net-pf-45", "mctp", "AF_MCTP: management bus transport"},
+      {"net-pf-36", "ieee802154", "AF_IEEE802154: a radio link layer"},
+      {"net-pf-31", "bluetooth", "AF_BLUETOOTH: no radio in a VM"},
+      {"net-pf-35", "phonet", "AF_PHONET: a modem link layer"},
+      {"net-pf-37", "caif", "AF_CAIF: a modem link layer"},
+      {"net-pf-39", "nfc", "AF_NFC: no radio in a VM"},
+      {"net-pf-3", "ax25", "AF_AX25: amateur radio"},
+      {"net-pf-6", "netrom", "AF_NETROM: amateur radio"},
+      {"net-pf-11", "rose", "AF_ROSE: amateur radio"},
+      {"net-pf-9", "x25", "AF_X25: a legacy WAN link layer"},
+      {"net-pf-5", "appletalk", "AF_APPLETALK: a legacy network layer, not IP"},
+      {"net-pf-4", "ipx", "AF_IPX: a legacy network layer, not IP"},
+      {"net-pf-8", "atm", "AF_ATMPVC: no ATM in a VM"},
+      {"net-pf-20", "atm", "AF_ATMSVC: no ATM in a VM"},
+      {"net-pf-24", "pppoe", "AF_PPPOX: PPPoE and L2TP sessions, kernel-sent frames"},
+      {"net-pf-15", "af_key", "AF_KEY: IPsec keys (root only, but a kernel sender)"},
+      {"net-pf-2-proto-132", "sctp", "SCTP: not named by any wall rule"},
+      {"net-pf-10-proto-132", "sctp", "SCTP over IPv6"},
+      {"net-pf-2-proto-33", "dccp", "DCCP (gone from kernel 6.16)"},
+      {"net-pf-10-proto-33", "dccp", "DCCP over IPv6"},
+      {"net-pf-2-proto-115", "l2tp_ip", "L2TP over IP: kernel-sent tunnels"},
+      {"net-pf-10-proto-115", "l2tp_ip6", "L2TP over IPv6"},
+  };
+  return v;
+}
+
+std::string render_families() {
+  std::string out;
+  out += "# fy-wall: socket families a foldyard guest never needs (`fy-wall render families`).\n";
+  out += "# Most send through kernel sockets, which have no socket file, so the machine\n";
+  out += "# wall's uid rules cannot say whose their packets are; its ownerless chain\n";
+  out += "# drops their new flows, and this file keeps the kernel from loading them at\n";
+  out += "# all: `install ALIAS /bin/false` fails socket()'s autoload (kmod looks\n";
+  out += "# install commands up by the name asked for, before modules.alias), and\n";
+  out += "# `install MODULE /bin/false` an explicit modprobe.\n";
+  out += "# vsock is not here: Lima's vz driver carries the guest agent over it.\n";
+  std::vector<std::string> modules;
+  for (const BlockedFamily& f : blocked_families()) {
+    out += fmt::format("# {}\ninstall {} /bin/false\n", f.why, f.alias);
+    if (std::find(modules.begin(), modules.end(), f.module) == modules.end()) {
+      modules.push_back(f.module);
+      out += fmt::format("install {} /bin/false\n", f.module);
+    }
+  }
+  return out;
+}
+
 std::string describe_machine(const MachineSpec& m) {
   return fmt::format("{} default-deny; open: lo, DNS to {}, {} tcp {{{}}}; v6: lo only",
                      describe_walled(m.walled), format_cidrs(m.resolvers), format_ipv4(m.gateway),
@@ -294,8 +397,10 @@ std::string describe_guard(const GuardSpec& g) {
 }
 
 std::string describe_host(const HostSpec& h) {
-  return fmt::format("cgroup {} may reach DNS and loopback tcp {{{}}} (ct mark {})", h.cgroup,
-                     format_ports(h.ports), format_mark(h.proxy_port_base));
+  std::string dns;
+  for (const std::string& r : h.resolvers) dns += (dns.empty() ? "" : ", ") + r;
+  return fmt::format("cgroup {} may reach DNS at {} and loopback tcp {{{}}} (ct mark {})",
+                     h.cgroup, dns, format_ports(h.ports), format_mark(h.proxy_port_base));
 }
 
 }  // namespace fy::wall

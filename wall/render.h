@@ -53,6 +53,24 @@ struct PolicyRule {
 };
 std::vector<PolicyRule> guard_rules(const GuardSpec& g);
 
+// A socket family the guest's kernel need not offer: its modprobe alias
+// (net-pf-N, or net-pf-F-proto-P for an IP protocol module) and why.
+struct BlockedFamily {
+  std::string alias;
+  std::string module;
+  std::string why;
+};
+// The families a dev box does not need. Most transmit through a kernel
+// socket (no socket file: `meta skuid` cannot match them, the machine wall's
+// ownerless chain drops their new flows) or are link layers with no place in
+// a VM. vsock is not among them: Lima's vz driver carries its guest agent
+// over it (docs/fy-wall.md, "vsock").
+const std::vector<BlockedFamily>& blocked_families();
+// The modprobe.d text for them: `install ALIAS /bin/false` makes both the
+// autoload on socket() and an explicit modprobe fail. Pure; the guest's boot
+// provisioning installs it as /etc/modprobe.d/fy-wall-families.conf.
+std::string render_families();
+
 // One-line summaries for the operator, in the reference's words.
 std::string describe_machine(const MachineSpec& m);
 std::string describe_guard(const GuardSpec& g);

@@ -48,6 +48,10 @@ struct MachineSpec {
   std::vector<PortRange> ports;      // the project's daemon port bands, sorted, disjoint
   std::vector<Cidr4> resolvers;      // where DNS (udp/tcp 53) may go
   std::vector<Cidr4> forward_allow;  // what the forward chain admits
+  // The guest agent's cgroup (relative to the cgroup2 root), or "" for none:
+  // its sockets may reach only local destinations (it dials for whoever can
+  // reach its unix socket, the walled user among them).
+  std::string agent_cgroup;
 };
 
 // The forwarder's guard (ip fy_guard + uid-scoped policy routes), in the guest.
@@ -66,6 +70,9 @@ struct HostSpec {
   std::string cgroup;            // the VM's slice, relative to the cgroup2 root, no leading '/'
   std::vector<PortRange> ports;  // the project's port band
   uint16_t proxy_port_base = 0;  // the ct mark is (0xF4 << 24) | proxy_port_base
+  // The host's own resolvers (its resolv.conf), canonical IPv4 or IPv6 text:
+  // the only destinations of the VM's port 53.
+  std::vector<std::string> resolvers;
 };
 
 // Table names. Each wall owns only its own tables; nothing here ever flushes
@@ -79,6 +86,14 @@ inline constexpr const char* kDefaultListener = "127.42.0.1";
 inline constexpr uint32_t kDefaultRouteTable = 4747;
 inline constexpr uint32_t kDefaultRulePriority = 4747;
 inline constexpr const char* kDefaultSubuidFile = "/etc/subuid";
+// The resolver a Lima guest uses when its resolv.conf names none (the
+// hostagent's DNS on the user-mode network).
+inline constexpr const char* kLimaResolver = "192.168.5.3";
+// The guest agent's unit, where a Lima guest runs it.
+inline constexpr const char* kLimaAgentCgroup = "system.slice/lima-guestagent.service";
+// Where Lima's guest agent serves its gRPC API when no vsock or virtio-serial
+// carries it (the QEMU driver): owned by the main user, mode 0600.
+inline constexpr const char* kLimaAgentSocket = "/run/lima-guestagent.sock";
 // RFC 1918 plus loopback: the reference's private resolvers and forward targets.
 inline constexpr const char* kPrivateRanges =
     "127.0.0.0/8, 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16";

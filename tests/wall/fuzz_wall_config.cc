@@ -42,6 +42,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                 table,        prio};
     (void)render_guard(g);
   }
-  if (auto h = host_spec(*s)) (void)render_host(*h);
+  if (auto h = host_spec(*s, Env{})) (void)render_host(*h);
   return 0;
 }

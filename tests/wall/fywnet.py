@@ -26,7 +26,11 @@ BUILD = os.environ.get("FY_BUILD_DIR", os.path.join(SOURCE, "build-wall"))
 FY_WALL = os.path.join(BUILD, "wall", "fy-wall")
 PROBE = os.path.join(HERE, "probe.py")
 SERVE = os.path.join(HERE, "serve.py")
+DEPUTY = os.path.join(HERE, "deputy.py")
+EXOTIC = os.path.join(HERE, "exotic.py")
 PID = os.getpid()
+# fy-wall's resolver defaults come from this resolv.conf, not the machine's.
+os.environ.setdefault("FY_WALL_RESOLV_CONF", os.path.join(HERE, "resolv.conf"))
 
 # The walled test user. It exists only in the passwd file fy-wall is shown
 # (bind-mounted over /etc/passwd in a private mount namespace), so the
@@ -77,9 +81,10 @@ import atexit  # noqa: E402
 atexit.register(cleanup)
 
 
-def sh(*cmd, check=True, timeout=30, input=None):
+def sh(*cmd, check=True, timeout=30, input=None, env=None):
     r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True,
-                       timeout=timeout, input=input)
+                       timeout=timeout, input=input,
+                       env=None if env is None else {**os.environ, **env})
     if check and r.returncode != 0:
         raise RuntimeError(f"{' '.join(map(str, cmd))} failed ({r.returncode}): "
                            f"{r.stderr.strip()} {r.stdout.strip()}")
@@ -211,10 +216,10 @@ def cgroup(relative):
 class Server:
     """serve.py in a namespace (as root unless `uid`); `records()` are its stdout lines."""
 
-    def __init__(self, ns, name, *specs, cgroup=None, uid=0):
+    def __init__(self, ns, name, *specs, cgroup=None, uid=0, script=None):
         fd, self.log = tempfile.mkstemp(prefix=f"fyw-{PID}-serve-")
         on_cleanup(lambda: os.unlink(self.log), f"log {self.log}")
-        inner = [PY, SERVE, name, *specs]
+        inner = [PY, script or SERVE, name, *specs]
         if uid:
             inner = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *inner]
         cmd = nsexec(ns, *inner)
@@ -375,7 +380,7 @@ class Identity:
                 f.write(f"{WALLED_NAME}:{SUBUID_START}:{SUBUID_COUNT}\n")
         os.chmod(self.subuid, 0o644)
 
-    def fy_wall(self, ns, *args, timeout=60):
+    def fy_wall(self, ns, *args, timeout=60, env=None):
         """Runs fy-wall (in `ns`, or in no particular namespace when None)
         seeing the test's passwd file as /etc/passwd."""
         inner = [FY_WALL, *map(str, args)]
@@ -383,7 +388,7 @@ class Identity:
             inner = nsexec(ns, *inner)
         cmd = ["unshare", "-m", "--propagation", "private", "sh", "-c",
                'mount --bind "$0" /etc/passwd && exec "$@"', self.passwd, *inner]
-        return sh(*cmd, check=False, timeout=timeout)
+        return sh(*cmd, check=False, timeout=timeout, env=env)
 
 
 def status_denied(stdout):

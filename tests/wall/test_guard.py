@@ -175,6 +175,13 @@ class Guard(unittest.TestCase):
         control = "\n".join(l for l in text.splitlines()
                             if "fy-guard-drop" not in l and "meta skuid 0-" not in l)
         self.assertEqual(len(text.splitlines()) - len(control.splitlines()), 3)  # 1 + 2 bands
+        # The machine wall's ownerless chain drops the same packet (it is a new
+        # flow no user socket opened): this proof is of the guard alone, so the
+        # machine wall runs without that chain's jump, as it was.
+        machine = self.ident.fy_wall(None, "render", "machine", *n.machine_args(self.ident)).stdout
+        self.assertIn("\t\tjump ownerless\n", machine)
+        n.sh(*n.nsexec(self.t.guest, "nft", "-f", "-"),
+             input=machine.replace("\t\tjump ownerless\n", ""))
         try:
             n.sh(*n.nsexec(self.t.guest, "nft", "-f", "-"), input=control + "\n")
             _, leaked = lost_connection()
@@ -186,6 +193,8 @@ class Guard(unittest.TestCase):
             self.assertIsNotNone(self.log.wait_for("fy-guard-drop ", f"SPT={port} ",
                                                    "DPT=41002 "))
         finally:
+            r = self.ident.fy_wall(self.t.guest, "apply", "machine", *n.machine_args(self.ident))
+            self.assertEqual(r.returncode, 0, r.stderr)
             n.in_ns(self.t.guest, "nft", "delete", "table", "ip", "fyw_inject", check=False)
             n.in_ns(self.t.host, "nft", "delete", "table", "inet", "fyw_obs_stray", check=False)
             self.apply_guard()

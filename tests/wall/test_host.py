@@ -25,6 +25,7 @@ import fywnet as n
 
 PUB, PUB6 = "203.0.113.10", "2001:db8:2::10"
 HOST = "203.0.113.1"  # the host's own address on the "public" link
+PUB_OTHER = "203.0.113.11"  # another host on the way, not the host's resolver
 BAND = ["41000-41199"]
 
 
@@ -95,6 +96,15 @@ class HostWall(unittest.TestCase):
             "  type filter hook output priority 100; policy accept;\n"
             "  ct state invalid counter\n }\n}\n"))
         cls.ident = n.Identity()
+        # The host's own resolver is the public host's first address; the
+        # second (203.0.113.11) answers on 53 too, as any host on the way could.
+        rc = os.path.join(cls.ident.dir, "resolv.conf")
+        with open(rc, "w") as f:
+            f.write(f"nameserver {PUB}\n")
+        os.environ["FY_WALL_RESOLV_CONF"] = rc
+        n.sh("ip", "-n", cls.pub, "addr", "add", f"{PUB_OTHER}/24", "dev",
+             n.in_ns(cls.pub, "ip", "-o", "-4", "addr").stdout.split(f" {PUB}/")[0].split()[-2])
+        cls.other53 = n.Server(cls.pub, "other", f"tcp:{PUB_OTHER}:53", f"udp:{PUB_OTHER}:53")
         cls.before = {
             "offband": cls.vm(cls, "tcp", "127.0.0.1", 42000),
             "pub443": cls.vm(cls, "tcp", PUB, 443),
@@ -165,6 +175,48 @@ class HostWall(unittest.TestCase):
     def test_vm_reaches_dns(self):
         self.ok(self.vm("udp", PUB, 53), "public udp")
         self.ok(self.vm("tcp", PUB, 53), "public tcp")
+
+    def test_port_53_only_to_the_hosts_resolvers(self):
+        """The host wall admitted port 53 to any address, as the reference's
+        table does (the control): any protocol to any host on 53. Now only to
+        the host's own resolvers (its resolv.conf)."""
+        try:
+            self.apply_reference()
+            for kind in ("tcp", "udp"):
+                self.ok(self.vm(kind, PUB_OTHER, 53), f"other {kind} {PUB_OTHER}:53")
+        finally:
+            self.apply_fy_wall()
+        self.assertEqual(self.vm("tcp", PUB_OTHER, 53)["outcome"], "refused")
+        self.assertEqual(self.vm("udp", PUB_OTHER, 53)["outcome"], "eperm")
+        self.ok(self.vm("tcp", PUB, 53), "public tcp")
+
+    def test_vm_refused_ipv6_loopback_off_the_band(self):
+        srv = n.Server(self.ns, "lo6", "tcp:[::1]:42002")
+        r = self.vm("tcp", "::1", 42002)
+        self.assertEqual(r["outcome"], "refused", r)
+        self.assertEqual(srv.records(), [])
+
+    def test_vm_refused_udp_on_loopback_to_the_band(self):
+        srv = n.Server(self.ns, "lo-udp", "udp:127.0.0.1:41001")
+        r = self.vm("udp", "127.0.0.1", 41001, timeout=1.0)
+        # the lo chain's ICMP admin-prohibited: EACCES at recv
+        self.assertEqual(r["outcome"], "unreachable", r)
+        self.assertEqual(srv.records(), [])
+
+    def test_a_socket_made_outside_the_slice_is_not_the_vms(self):
+        """A process makes its socket outside the slice, then moves into it
+        and connects: the socket's cgroup is fixed when it is made, so the
+        wall does not judge it (by design: only processes already outside
+        the VM's slice can do this, and they are not walled)."""
+        code = ("import socket,sys\n"
+                "s=socket.socket();s.settimeout(3)\n"
+                "open(sys.argv[1]+'/cgroup.procs','w').write('0')\n"
+                f"s.connect(('{PUB}',443));print(s.recv(99).decode().strip())\n")
+        r = n.sh(*n.nsexec(self.ns, n.PY, "-c", code, self.slice), check=False)
+        self.assertEqual(r.stdout.strip(), f"public tcp {PUB}:443", r.stderr)
+        # The same process, its socket made after the move: refused.
+        r = self.vm("tcp", PUB, 443)
+        self.assertEqual(r["outcome"], "refused", r)
 
     def test_vm_reaches_its_own_listeners(self):
         self.ok(self.vm("tcp", "127.0.0.1", 42001), "vm tcp 127.0.0.1:42001")

@@ -142,8 +142,61 @@ class Golden(unittest.TestCase):
                                        os.path.join(GOLDEN, "machine-subuid.toml"),
                                        "--subuid-file", os.path.join(GOLDEN, subuid))
                 self.assertEqual(r.returncode, 0, r.stderr)
-                self.assertEqual(r.stdout.count("meta skuid 4242 jump walled\n\t}"), 2)
+                # inet (then the other users' accept) and ip6 (the chain's end)
+                self.assertEqual(r.stdout.count("meta skuid 4242 jump walled\n\t\t# every other"),
+                                 1)
+                self.assertEqual(r.stdout.count("meta skuid 4242 jump walled\n\t}"), 1)
                 self.assertNotIn("100000", r.stdout)
+
+    def test_resolver_defaults_come_from_resolv_conf(self):
+        """The machine wall's DNS goes to the VM's own resolver: resolv.conf's
+        IPv4 nameservers that are not loopback, else Lima's 192.168.5.3; the
+        host wall's to the host's (every nameserver, else 127.0.0.1)."""
+        rc = os.path.join(self.ident.dir, "resolv.conf")
+        cfg = os.path.join(GOLDEN, "machine-subuid.toml")
+        for text, want in (("nameserver 10.255.255.53\nnameserver 127.0.0.53\n",
+                            ["10.255.255.53"]),
+                           ("nameserver 127.0.0.53\nnameserver fd00::3\n", ["192.168.5.3"]),
+                           ("", ["192.168.5.3"]),
+                           ("nameserver 192.168.5.3\nnameserver 10.0.2.3\n",
+                            ["192.168.5.3", "10.0.2.3"])):
+            with self.subTest(resolv_conf=text):
+                with open(rc, "w") as f:
+                    f.write(text)
+                r = self.ident.fy_wall(None, "render", "machine", "--config", cfg,
+                                       env={"FY_WALL_RESOLV_CONF": rc})
+                self.assertEqual(r.returncode, 0, r.stderr)
+                got = re.findall(r"ip daddr (\S+) udp dport 53 accept", r.stdout)
+                self.assertEqual(got, want)
+                self.assertNotIn("10.0.0.0/8 udp dport 53", r.stdout)
+        with open(rc, "w") as f:
+            f.write("nameserver 127.0.0.53\nnameserver 2001:db8::53\n")
+        r = self.ident.fy_wall(None, "render", "host", "--config",
+                               os.path.join(GOLDEN, "host-oneband.toml"),
+                               env={"FY_WALL_RESOLV_CONF": rc})
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("ip daddr 127.0.0.53 udp dport 53 accept", r.stdout)
+        self.assertIn("ip6 daddr 2001:db8::53 tcp dport 53 accept", r.stdout)
+        self.assertNotIn("\t\tudp dport 53 accept", r.stdout)
+
+    def test_families_file_is_what_render_families_prints(self):
+        """wall/dist/fy-wall-families.conf, the guest's modprobe.d file, is the
+        renderer's output (FY_UPDATE_GOLDEN=1 rewrites it); it blocks the
+        kernel-socket families by alias and by module, and never vsock."""
+        r = self.ident.fy_wall(None, "render", "families")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        path = os.path.join(n.SOURCE, "wall", "dist", "fy-wall-families.conf")
+        if os.environ.get("FY_UPDATE_GOLDEN") == "1":
+            with open(path, "w") as f:
+                f.write(r.stdout)
+        with open(path) as f:
+            self.assertEqual(r.stdout, f.read())
+        for line in ("install net-pf-33 /bin/false", "install rxrpc /bin/false",
+                     "install net-pf-21 /bin/false", "install net-pf-30 /bin/false",
+                     "install net-pf-43 /bin/false", "install net-pf-2-proto-132 /bin/false"):
+            self.assertIn(line + "\n", r.stdout)
+        self.assertNotIn("vsock", re.sub(r"#.*", "", r.stdout))
+        self.assertNotIn("net-pf-40 ", r.stdout)
 
     def test_no_rule_uses_an_anonymous_set(self):
         """A set looked up while a transaction commits can miss (render.cc)."""

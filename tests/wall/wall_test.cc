@@ -6,6 +6,7 @@
 #include <string>
 
 #include "wall/config.h"
+#include "wall/dns.h"
 #include "wall/parse.h"
 #include "wall/render.h"
 
@@ -130,9 +131,12 @@ TEST_CASE("config: sections, types, unknown keys, file:line errors") {
   CHECK(s->machine.user->value.uid == 1000u);
   CHECK(s->machine.gateway->where == "t.toml:3:11");
   CHECK(guard_route_ids(*s) == std::pair<uint32_t, uint32_t>{100, kDefaultRulePriority});
-  auto h = host_spec(*s);
+  Env env;
+  env.resolv_conf = "nameserver 127.0.0.53\n";
+  auto h = host_spec(*s, env);
   REQUIRE(h.ok());
   CHECK(h->proxy_port_base == 41000);
+  CHECK(h->resolvers == std::vector<std::string>{"127.0.0.53"});
 
   auto bad = read_config("[machine]\nports = [\"1\", 2]\nuser = true\nwhat = 1\n[x]\n", "b.toml");
   REQUIRE_FALSE(bad.ok());
@@ -185,10 +189,15 @@ TEST_CASE("render: one value per rule, flushing preamble, walled chain first") {
       rules += line + "\n";
     }
   }
-  CHECK(rules.find("ct state established") == std::string::npos);
+  // Never the reference's `ct state established` accept; the one established
+  // rule is the ownerless chain's, for packets without a socket file.
+  CHECK(rules.find("ct state established accept") == std::string::npos);
+  CHECK(rules.find("ct state established,related") == std::string::npos);
+  CHECK(rules.find("ct state established meta l4proto tcp tcp flags & syn == 0 accept") <
+        rules.find("chain walled"));
   CHECK(rules.find("{ ") == std::string::npos);  // no anonymous sets
   CHECK(rendered_chains(t, {"inet", "fy_wall"}) ==
-        std::vector<std::string>{"output", "walled", "forward"});
+        std::vector<std::string>{"output", "ownerless", "walled", "forward"});
   CHECK(rendered_chains(t, {"ip6", "fy_wall6"}) == std::vector<std::string>{"output", "walled"});
   CHECK(render_remove(machine_tables()) ==
         "table inet fy_wall\ndelete table inet fy_wall\ntable ip6 fy_wall6\n"
@@ -245,4 +254,143 @@ TEST_CASE("guard: the rule product and its routes") {
   CHECK(t.find("meta skuid 4242 ip daddr 192.168.5.2 tcp dport 41000-41089 dnat to 127.42.0.1") !=
         std::string::npos);
   CHECK(t.find("#   ip route replace 192.168.5.2/32 dev lo table 4747") != std::string::npos);
+}
+
+TEST_CASE("resolv.conf: the nameservers, canonical, malformed lines skipped") {
+  auto v = parse_resolv_conf(
+      "# c\nsearch x\nnameserver 10.0.0.1\n nameserver\t192.168.5.3 # x\nnameserver 999.1.1.1\n"
+      "nameserver fd00:0::3\nnameserver\nnameserverx 1.2.3.4\nnameserver 10.0.0.1\n"
+      "nameserver 127.0.0.53");
+  CHECK(v == std::vector<std::string>{"10.0.0.1", "192.168.5.3", "fd00::3", "127.0.0.53"});
+  CHECK(parse_resolv_conf("").empty());
+  // The machine wall: IPv4, not loopback; none left means Lima's resolver.
+  auto m = default_machine_resolvers("nameserver 127.0.0.53\nnameserver fd00::3\n");
+  REQUIRE(m.size() == 1);
+  CHECK(format_cidr(m[0]) == "192.168.5.3");
+  m = default_machine_resolvers("nameserver 10.255.255.53\nnameserver 127.0.0.1\n");
+  REQUIRE(m.size() == 1);
+  CHECK(format_cidr(m[0]) == "10.255.255.53");
+  // The host wall: every nameserver, else libc's default.
+  CHECK(default_host_resolvers("") == std::vector<std::string>{"127.0.0.1"});
+  CHECK(default_host_resolvers("nameserver ::1\n") == std::vector<std::string>{"::1"});
+}
+
+TEST_CASE("/proc/net listeners: LISTEN and bound UDP, addresses in the kernel's word order") {
+  const char* tcp =
+      "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  "
+      "timeout inode\n"
+      "   0: 0100007F:0438 00000000:0000 0A 00000000:00000000 00:00000000 00000000  4343 "
+      "       0 1 1 0000000000000000 100 0 0 10 0\n"
+      "   1: 0F05A8C0:A2F2 0205A8C0:0035 01 00000000:00000000 00:00000000 00000000  4242 "
+      "       0 2 1\n"
+      "   2: garbage\n"
+      "   3: 3500007F:0035 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0 "
+      "       0 3 1\n";
+  auto v = parse_proc_net_listeners(tcp, "tcp", false);
+  REQUIRE(v.size() == 2);
+  CHECK(v[0] == Listener{"tcp", "127.0.0.1", 1080, 4343});
+  CHECK(v[1] == Listener{"tcp", "127.0.0.53", 53, 0});
+  const char* tcp6 =
+      "  sl  local_address                         remote_address                        st "
+      "tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+      "   0: 00000000000000000000000001000000:1F90 00000000000000000000000000000000:0000 0A "
+      "00000000:00000000 00:00000000 00000000   998        0 4 1\n";
+  auto w = parse_proc_net_listeners(tcp6, "tcp", true);
+  REQUIRE(w.size() == 1);
+  CHECK(w[0] == Listener{"tcp", "::1", 8080, 998});
+  const char* udp =
+      "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  "
+      "timeout inode ref pointer drops\n"
+      "  1: 00000000:14E9 00000000:0000 07 00000000:00000000 00:00000000 00000000   104 "
+      "       0 5 2 0 0\n";
+  auto u = parse_proc_net_listeners(udp, "udp", false);
+  REQUIRE(u.size() == 1);
+  CHECK(u[0] == Listener{"udp", "0.0.0.0", 5353, 104});
+}
+
+namespace {
+std::vector<uint8_t> dns_query(const std::string& name, uint16_t qtype = 1, uint16_t flags = 0x0100,
+                               bool opt = false) {
+  std::vector<uint8_t> w = {0x12, 0x34, uint8_t(flags >> 8), uint8_t(flags), 0, 1, 0, 0, 0, 0,
+                            0, uint8_t(opt ? 1 : 0)};
+  size_t at = 0;
+  while (at < name.size()) {
+    size_t dot = name.find('.', at);
+    if (dot == std::string::npos) dot = name.size();
+    w.push_back(uint8_t(dot - at));
+    for (size_t i = at; i < dot; ++i) w.push_back(uint8_t(name[i]));
+    at = dot + 1;
+  }
+  w.push_back(0);
+  w.insert(w.end(), {uint8_t(qtype >> 8), uint8_t(qtype), 0, 1});
+  if (opt) w.insert(w.end(), {0, 0, 41, 0x04, 0xd0, 0, 0, 0, 0, 0, 0});
+  return w;
+}
+}  // namespace
+
+TEST_CASE("dns: one standard query, strictly; anything else is refused with its reason") {
+  using namespace fy::wall::dns;
+  auto w = dns_query("WWW.Example.com", 28, 0x0100, true);
+  auto q = parse_query(w);
+  REQUIRE(q.ok());
+  CHECK(q->id == 0x1234);
+  CHECK(q->name == "www.example.com");
+  CHECK(q->qtype == 28);
+  CHECK(q->edns);
+  CHECK(parse_query(dns_query("")).ok());  // the root
+
+  auto refused = [](std::vector<uint8_t> b, const char* why) {
+    auto r = parse_query(b);
+    REQUIRE_FALSE(r.ok());
+    CHECK_MESSAGE(r.error().message.find(why) != std::string::npos, r.error().message);
+  };
+  const std::string ssh = "SSH-2.0-OpenSSH_9.2\r\n";
+  refused(std::vector<uint8_t>(ssh.begin(), ssh.end()), "");
+  refused(dns_query("example.com", 1, 0x8180), "QR set");
+  refused(dns_query("example.com", 1, 0x2800), "opcode 5");
+  refused(dns_query("example.com", 1, 0x0300), "TC set");
+  refused(dns_query("exa mple.com"), "byte 0x20 in a label");
+  refused(dns_query(std::string(64, 'a') + ".com"), "label type 0x40");
+  std::string long_name;
+  for (int i = 0; i < 5; ++i) long_name += std::string(60, 'a') + ".";
+  refused(dns_query(long_name + "com"), "longer than 253");
+  auto b = dns_query("example.com");
+  b.push_back(0);
+  refused(b, "1 bytes after the question");
+  b = dns_query("example.com");
+  b[b.size() - 1] = 3;  // class CH
+  refused(b, "class 3");
+  b = dns_query("example.com");
+  b[12] = 0xC0;  // a pointer
+  refused(b, "label type 0xc0");
+  b = dns_query("example.com");
+  b[5] = 2;
+  refused(b, "QDCOUNT 2");
+  b = dns_query("example.com");
+  b[7] = 1;
+  refused(b, "answer or authority");
+  refused(std::vector<uint8_t>(600, 0), "at most 512");
+  b = dns_query("example.com", 1, 0x0100, true);
+  b[b.size() - 9] = 40;  // not OPT
+  refused(b, "not an EDNS OPT");
+}
+
+TEST_CASE("dns: names the policy allows, and the forwarder's own answer") {
+  using namespace fy::wall::dns;
+  const std::vector<std::string> allow = {"example.com", "github.com"};
+  CHECK(name_allowed("example.com", allow));
+  CHECK(name_allowed("api.github.com", allow));
+  CHECK_FALSE(name_allowed("badexample.com", allow));
+  CHECK_FALSE(name_allowed("com", allow));
+  CHECK_FALSE(name_allowed("mzxw6ytboi.c2.attacker.test", allow));
+  CHECK_FALSE(name_allowed("x", {""}));
+  auto w = dns_query("t.attacker.test", 16, 0x0100, true);
+  auto q = parse_query(w);
+  REQUIRE(q.ok());
+  auto a = local_answer(w, *q, 5);
+  CHECK(a.size() == q->question_end);
+  CHECK(a[0] == 0x12);
+  CHECK(a[2] == 0x81);  // QR, RD kept
+  CHECK(a[3] == 0x85);  // RA, REFUSED
+  CHECK(a[11] == 0);    // the OPT record is not echoed
 }
