@@ -10,6 +10,7 @@
 #include <getopt.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -457,6 +458,21 @@ int main(int argc, char** argv) {
   ::sigaction(SIGTERM, &sa, nullptr);
 
   ::mkdir(state.c_str(), 0700);
+  // One watcher per log: a second would append every record twice and take
+  // the first one's control socket. The lock dies with its holder.
+  std::string lock_path = log_path + ".lock";
+  {
+    std::string dir = log_path.substr(0, log_path.rfind('/'));
+    ::mkdir(dir.c_str(), 0700);
+  }
+  int lock = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lock < 0 || ::flock(lock, LOCK_EX | LOCK_NB) != 0) {
+    fmt::print(stderr,
+               "fy-engine-watch: another fy-engine-watch is writing {} (lock {}: {}). Stop it "
+               "first, or give this one another --state-dir or --log.\n",
+               log_path, lock_path, lock < 0 ? std::strerror(errno) : "held");
+    return 1;
+  }
   int ctl = listen_control(control);
   if (ctl < 0) {
     fmt::print(stderr, "fy-engine-watch: cannot listen on the control socket {}: {}\n", control,

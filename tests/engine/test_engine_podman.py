@@ -113,8 +113,11 @@ class EnginePodman(unittest.TestCase):
         return json.loads(r.stdout)
 
     def start_watcher(self, t, name):
+        return self.start_watcher_at(t, name, self.sock, self.state)
+
+    def start_watcher_at(self, t, name, sock, state):
         return t.start_in_host([os.path.join(build_dir(), "proxy", "engine", "fy-engine-watch"),
-                                "--socket", self.sock, "--state-dir", self.state,
+                                "--socket", sock, "--state-dir", state,
                                 "--list-interval-ms", "500", "--log-level", "debug"], name=name)
 
     def test_the_log_names_each_container(self):
@@ -167,6 +170,25 @@ class EnginePodman(unittest.TestCase):
                                capture_output=True, text=True, timeout=30)
         self.assertEqual(probe.returncode, 0, probe.stdout + probe.stderr)
         self.assertTrue(probe.stdout.startswith("ok "), probe.stdout)
+        # A second watcher on the same log is refused, naming why.
+        second = subprocess.run([os.path.join(build_dir(), "proxy", "engine", "fy-engine-watch"),
+                                 "--socket", self.sock, "--state-dir", self.state],
+                                capture_output=True, text=True, timeout=30)
+        self.assertEqual(second.returncode, 1, second.stderr)
+        self.assertIn("another fy-engine-watch is writing", second.stderr)
+        # With no engine behind its socket, the probe fails and says so.
+        lost = self.start_watcher_at(t, "lost", t.path("no-such.sock"), t.path("lost-state"))
+        deadline = time.monotonic() + 10
+        while True:
+            p = subprocess.run([os.path.join(build_dir(), "proxy", "engine", "fy-engine-watch"),
+                                "--probe", "--state-dir", t.path("lost-state")],
+                               capture_output=True, text=True, timeout=30)
+            if p.stdout or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+        self.assertTrue(p.stdout.startswith("fail engine unreachable: cannot connect"), p.stdout)
+        lost.stop()
 
         tag = t.name
         c1, c2, c3, c4, c5 = ("%s-%s" % (tag, n) for n in ("one", "two", "three", "four", "five"))
@@ -251,4 +273,8 @@ class EnginePodman(unittest.TestCase):
 
 
 if __name__ == "__main__":
+    if not have_podman():
+        # meson counts 77 as a skip; say why.
+        print("SKIP: podman is not installed (apt-get install podman crun busybox-static)")
+        sys.exit(77)
     unittest.main(verbosity=2)
