@@ -9,9 +9,9 @@ them, a tenth of them stamped), then times, in alternating rounds:
   jq:         jq -n 'reduce inputs as $r ({}; .[$r.host] += 1)' <files in order>
 
 (jq counts rows per host only: the least of what the summary computes, so the
-ratio flatters jq). Prints one JSON document: the log's size and rows, each
-arm's median wall time over the rounds, and fy-netlog's time as a fraction of
-jq's. The log is generated under --dir (default a temporary directory, removed
+ratio flatters jq; the two counts are checked equal). Prints one JSON document:
+the log's size and rows, each arm's median wall and CPU time over the rounds,
+and fy-netlog's as a fraction of jq's. The log is generated under --dir (default a temporary directory, removed
 afterwards; --keep keeps it for reruns).
 
   python3 bench/netlog/bench_summary.py --build-dir build [--size-mib 1024] [--rounds 3]
@@ -72,7 +72,17 @@ def generate(d, size):
     return names, total
 
 
+def child_cpu():
+    import resource
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def timed(argv, stdin_files=None):
+    """(wall s, CPU s of the children, stdout). CPU time is the steadier figure on a
+    shared machine: it counts the arm's own work, not its wait for a core (for jq
+    it includes the `cat` feeding it, a small part)."""
+    c0 = child_cpu()
     t0 = time.monotonic()
     if stdin_files:
         cat = subprocess.Popen(["cat"] + stdin_files, stdout=subprocess.PIPE)
@@ -83,7 +93,7 @@ def timed(argv, stdin_files=None):
     dt = time.monotonic() - t0
     if r.returncode != 0:
         sys.exit("%s failed: %s" % (argv[0], r.stderr[-500:]))
-    return dt, r.stdout
+    return dt, child_cpu() - c0, r.stdout
 
 
 def main():
@@ -102,7 +112,7 @@ def main():
     try:
         names, total = generate(d, a.size_mib * 1024 * 1024)
         files = [os.path.join(d, n) for n in names]
-        fy_t, jq_t = [], []
+        fy_t, jq_t, fy_c, jq_c = [], [], [], []
         rows = None
         for i in range(a.rounds):
             arms = [("fy", None), ("jq", None)]
@@ -110,23 +120,29 @@ def main():
                 arms.reverse()
             for arm, _ in arms:
                 if arm == "fy":
-                    dt, out = timed([fy, "--json", d])
+                    dt, cpu, out = timed([fy, "--json", d])
+                    fy_c.append(cpu)
                     doc = json.loads(out)
                     rows = doc["rows_read"]
                     fy_hosts = {h["host"]: h["requests"] + h["would_block"] for h in doc["hosts"]}
                     fy_t.append(dt)
                 else:
-                    dt, out = timed(["jq", "-n", "-c", "reduce inputs as $r ({}; .[$r.host] += 1)"],
-                                    files)
+                    dt, cpu, out = timed(["jq", "-n", "-c",
+                                          "reduce inputs as $r ({}; .[$r.host] += 1)"], files)
+                    jq_c.append(cpu)
                     jq_hosts = {k.lower(): v for k, v in json.loads(out).items()}
                     jq_t.append(dt)
         if fy_hosts != jq_hosts:
             sys.exit("fy-netlog and jq counted differently")
         fy_m, jq_m = statistics.median(fy_t), statistics.median(jq_t)
+        fy_cm, jq_cm = statistics.median(fy_c), statistics.median(jq_c)
         print(json.dumps({"bytes": total, "files": len(files), "rows": rows,
                           "rounds": a.rounds, "fy_netlog_s": round(fy_m, 3),
                           "jq_s": round(jq_m, 3), "fy_over_jq": round(fy_m / jq_m, 3),
-                          "fy_netlog_mib_per_s": round(total / 1048576 / fy_m, 1)}, indent=2))
+                          "fy_netlog_cpu_s": round(fy_cm, 3), "jq_cpu_s": round(jq_cm, 3),
+                          "fy_over_jq_cpu": round(fy_cm / jq_cm, 3),
+                          "fy_netlog_mib_per_cpu_s": round(total / 1048576 / fy_cm, 1)},
+                         indent=2))
     finally:
         if not a.keep and not a.dir:
             shutil.rmtree(d, ignore_errors=True)
