@@ -2,6 +2,7 @@
 #include <getopt.h>
 #include <signal.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -37,7 +38,9 @@ Views:
                  bytes up/down, last seen (the default)
   rows           one line per row: time, status, method, host, path, flags
   refusals       blocked and would-block rows, who made them, and the
-                 `fy allow add` command that grants each host
+                 `fy allow add` command that grants each host (with the
+                 principals that asked and their User-Agents)
+  credentials    per injection rule, the principals it was injected for
 
 Options:
   -f, --follow         keep reading as rows arrive, across rotations (tail -F);
@@ -52,6 +55,10 @@ Options:
       --since TIME     only rows at or after TIME: 10m, 2h, 3d (ago), or ISO
                        (2026-11-29T21:30:00Z; without an offset: local time)
       --until TIME     only rows at or before TIME
+      --by principal   summary per principal (container or compose service,
+                       build, VM user, unattributed): the hosts it used
+      --engine PATH    engine snapshots to name principals with (default:
+                       engine.jsonl beside the log; fy-engine-watch writes it)
       --json           machine output: the summary as one JSON document, or
                        the matching rows as JSON lines (as the log has them)
       --utc            print times in UTC (default: local time)
@@ -73,7 +80,7 @@ void on_signal(int) {
   g_stop = 1;
 }
 
-enum class View { summary, rows, refusals };
+enum class View { summary, rows, refusals, credentials };
 
 struct Args {
   View view = View::summary;
@@ -83,6 +90,8 @@ struct Args {
   bool utc = false;
   long lines = -1;  // -1: all
   int width = 0;    // 0: detect
+  bool by_principal = false;
+  std::string engine;  // "" : beside the log
   std::string path;
   Filter filter;
 };
@@ -104,7 +113,7 @@ bool parse_long(const char* s, long lo, long hi, long* out) {
 
 // Returns -1 to go on, else the exit code.
 int parse_args(int argc, char** argv, Args& a, int64_t now_ms) {
-  enum { kHost = 256, kStatus, kSince, kUntil, kJson, kUtc, kWidth, kVersion };
+  enum { kHost = 256, kStatus, kSince, kUntil, kJson, kUtc, kWidth, kVersion, kBy, kEngine };
   static const option opts[] = {{"follow", no_argument, nullptr, 'f'},
                                 {"lines", required_argument, nullptr, 'n'},
                                 {"host", required_argument, nullptr, kHost},
@@ -114,6 +123,8 @@ int parse_args(int argc, char** argv, Args& a, int64_t now_ms) {
                                 {"json", no_argument, nullptr, kJson},
                                 {"utc", no_argument, nullptr, kUtc},
                                 {"width", required_argument, nullptr, kWidth},
+                                {"by", required_argument, nullptr, kBy},
+                                {"engine", required_argument, nullptr, kEngine},
                                 {"help", no_argument, nullptr, 'h'},
                                 {"version", no_argument, nullptr, kVersion},
                                 {nullptr, 0, nullptr, 0}};
@@ -152,6 +163,14 @@ int parse_args(int argc, char** argv, Args& a, int64_t now_ms) {
       case kJson:
         a.json = true;
         break;
+      case kBy:
+        if (std::string(optarg) != "principal")
+          return usage_error(fmt::format("bad --by '{}': the one grouping is `--by principal`", optarg));
+        a.by_principal = true;
+        break;
+      case kEngine:
+        a.engine = optarg;
+        break;
       case kUtc:
         a.utc = true;
         break;
@@ -178,8 +197,11 @@ int parse_args(int argc, char** argv, Args& a, int64_t now_ms) {
   for (int i = optind; i < argc; ++i) {
     std::string arg = argv[i];
     if (!a.view_given && a.path.empty() &&
-        (arg == "summary" || arg == "rows" || arg == "refusals")) {
-      a.view = arg == "summary" ? View::summary : arg == "rows" ? View::rows : View::refusals;
+        (arg == "summary" || arg == "rows" || arg == "refusals" || arg == "credentials")) {
+      a.view = arg == "summary"    ? View::summary
+               : arg == "rows"     ? View::rows
+               : arg == "refusals" ? View::refusals
+                                   : View::credentials;
       a.view_given = true;
     } else if (a.path.empty()) {
       a.path = arg;
@@ -199,7 +221,11 @@ int parse_args(int argc, char** argv, Args& a, int64_t now_ms) {
     }
     if (a.lines < 0) a.lines = 10;
   }
-  if (a.view == View::summary && a.lines >= 0)
+  if (a.by_principal && a.view != View::summary)
+    return usage_error("--by principal applies to the summary view");
+  if (a.follow && a.view == View::credentials)
+    return usage_error("--follow streams rows: `credentials` is read once");
+  if ((a.view == View::summary || a.view == View::credentials) && a.lines >= 0)
     return usage_error("--lines applies to the rows and refusals views");
   a.filter.refusals_only = a.view == View::refusals;
   return -1;
@@ -242,11 +268,81 @@ int read_error(const Error& e, const std::string& path) {
   return e.code == Errc::permission ? kExitNoLog : kExitRead;
 }
 
+// Reads the engine snapshots (engine.jsonl and its backups) into `res`. None
+// is not an error: principals are then shown as their stamps.
+void load_engine(const std::string& path, Resolver& res) {
+  ReadStats st;
+  uint64_t bad = 0;
+  std::string first_bad;
+  auto files = list_log_files(path);
+  if (files) {
+    for (const auto& f : *files) {
+      FILE* fp = std::fopen(f.path.c_str(), "re");
+      if (!fp) continue;
+      char* line = nullptr;
+      size_t cap = 0;
+      ssize_t len;
+      uint64_t no = 0;
+      while ((len = ::getline(&line, &cap, fp)) > 0) {
+        ++no;
+        std::string_view l(line, static_cast<size_t>(len));
+        if (l.back() != '\n') break;  // torn last line: being written
+        l.remove_suffix(1);
+        if (is_blank(l)) continue;
+        auto s = parse_snapshot(l);
+        if (s)
+          res.add(*s);
+        else if (bad++ == 0)
+          first_bad = fmt::format("{}:{}: {}", f.path, no, s.error().message);
+      }
+      std::free(line);
+      std::fclose(fp);
+    }
+  }
+  res.finish();
+  if (bad)
+    fmt::print(stderr, "fy-netlog: skipped {} engine snapshot line{} (first: {})\n", bad,
+               bad == 1 ? "" : "s", first_bad);
+}
+
+std::string engine_path(const Args& a) {
+  if (!a.engine.empty()) {
+    struct stat st;
+    bool dir = ::stat(a.engine.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+    return dir ? a.engine + "/engine.jsonl" : a.engine;
+  }
+  size_t slash = a.path.rfind('/');
+  return (slash == std::string::npos ? std::string() : a.path.substr(0, slash + 1)) + "engine.jsonl";
+}
+
+int run_principals(const Args& a, const ViewOptions& vo) {
+  PrincipalView pv;
+  CredentialsView cv;
+  ReadStats st;
+  auto r = read_log(a.path, st, [&](const Row& row, std::string_view) {
+    if (!a.filter.matches(row)) return;
+    Principal p = vo.resolver->resolve(row);
+    if (a.view == View::credentials)
+      cv.add(row, p);
+    else
+      pv.add(row, p);
+  });
+  if (!r) return read_error(r.error(), a.path);
+  if (a.view == View::credentials)
+    write_out(a.json ? cv.json() : cv.render(vo));
+  else
+    write_out(a.json ? pv.json() : pv.render(vo));
+  report_bad_lines(st);
+  return kExitOk;
+}
+
 int run_summary(const Args& a, const ViewOptions& vo) {
   Summary sum;
   ReadStats st;
+  const bool resolving = vo.resolving();
   auto r = read_log(a.path, st, [&](const Row& row, std::string_view) {
-    if (a.filter.matches(row)) sum.add(row);
+    if (!a.filter.matches(row)) return;
+    sum.add(row, resolving ? vo.resolver->resolve(row).label() : std::string());
   });
   if (!r) return read_error(r.error(), a.path);
   auto hosts = sum.hosts();
@@ -283,7 +379,7 @@ int run_rows(const Args& a, const ViewOptions& vo) {
   };
   auto on_row = [&](const Row& row, std::string_view line) {
     if (!a.filter.matches(row)) return;
-    if (!a.follow) grants.add(row);
+    if (!a.follow) grants.add(row, vo.resolving() ? principal_of(row, vo) : std::string());
     if (streaming) {
       emit(row, line);
       return;
@@ -359,5 +455,9 @@ int main(int argc, char** argv) {
   ::sigaction(SIGINT, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, nullptr);
 
+  Resolver resolver;
+  load_engine(engine_path(a), resolver);
+  vo.resolver = &resolver;
+  if (a.by_principal || a.view == View::credentials) return run_principals(a, vo);
   return a.view == View::summary ? run_summary(a, vo) : run_rows(a, vo);
 }

@@ -721,12 +721,13 @@ void add_to(HostSummary& s, const Row& r) {
 
 }  // namespace
 
-void Summary::add(const Row& r) {
+void Summary::add(const Row& r, const std::string& principal) {
   ++rows_;
   std::string key = to_lower(r.host);
   auto [it, fresh] = by_host_.try_emplace(key);
   if (fresh) it->second.host = std::move(key);
   add_to(it->second, r);
+  if (!principal.empty()) ++it->second.principals[principal];
   add_to(total_, r);
 }
 

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -216,11 +217,15 @@ struct HostSummary {
   uint64_t bytes_down = 0;
   int64_t first_ms = 0;
   int64_t last_ms = 0;
+  // Who made the rows (Principal::label(), resolved from engine snapshots),
+  // with counts; empty when fy-netlog had no snapshots to resolve with.
+  std::map<std::string, uint64_t> principals;
 };
 
 class Summary {
  public:
-  void add(const Row& row);
+  // `principal`: the row's resolved principal, "" when not resolved at all.
+  void add(const Row& row, const std::string& principal = {});
   // Hosts, most recently seen first (ties by name).
   std::vector<HostSummary> hosts() const;
   // Every host added up (host is empty).

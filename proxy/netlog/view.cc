@@ -327,6 +327,13 @@ std::string who_of(const Row& r) {
   return out.empty() ? "attributed" : sanitize(out);
 }
 
+std::string principal_of(const Row& r, const ViewOptions& o) {
+  if (!o.resolving() || r.attribution != Attribution::attributed) return who_of(r);
+  Principal p = o.resolver->resolve(r);
+  if (p.kind == Principal::Kind::unresolved) return who_of(r) + " (unresolved)";
+  return sanitize(p.label());
+}
+
 // ---- Summary ---------------------------------------------------------------------
 
 std::string render_summary(const std::vector<HostSummary>& hosts, const HostSummary& total,
@@ -352,6 +359,16 @@ std::string render_summary(const std::vector<HostSummary>& hosts, const HostSumm
                                 format_age(h.last_ms, opt.now_ms)};
     for (size_t i = 0; i < std::size(cols); ++i) out += ' ' + pad_left(vals[i], cols[i].w);
     out += '\n';
+    if (!h.principals.empty()) {
+      // Who used it, the most rows first: "  by svc:shop/web 12, ctr:db 3, unattributed 1".
+      std::vector<std::pair<std::string, uint64_t>> ps(h.principals.begin(), h.principals.end());
+      std::stable_sort(ps.begin(), ps.end(),
+                       [](const auto& a, const auto& b) { return a.second > b.second; });
+      std::string by = "  by ";
+      for (size_t i = 0; i < ps.size(); ++i)
+        by += (i ? ", " : "") + sanitize(ps[i].first) + " " + std::to_string(ps[i].second);
+      out += fit_end(by, width) + '\n';
+    }
   }
   // Footer: what was counted, over what time, and where to look next.
   uint64_t rows = total.requests + total.would_block;
@@ -392,6 +409,11 @@ std::string summary_json(const std::vector<HostSummary>& hosts, const HostSummar
     bool any = h.requests + h.would_block > 0;
     j["first_seen"] = any ? Json(iso_or_null(h.first_ms)) : Json(nullptr);
     j["last_seen"] = any ? Json(iso_or_null(h.last_ms)) : Json(nullptr);
+    if (!h.principals.empty()) {
+      Json ps = Json::object();
+      for (const auto& [k, n] : h.principals) ps[k] = n;
+      j["principals"] = std::move(ps);
+    }
     return j;
   };
   Json doc;
@@ -464,14 +486,15 @@ std::string RowPrinter::refusal_line(const Row& r) const {
   if (!req.empty()) req += ' ';
   req += target;
   return hms(to_tm(r.ts_ms, o_.utc)) + ' ' + (r.blocked ? "block" : "would") + ' ' +
-         pad_right(fit_end(req, req_w), req_w) + ' ' + fit_end(who_of(r), from_w);
+         pad_right(fit_end(req, req_w), req_w) + ' ' + fit_end(principal_of(r, o_), from_w);
 }
 
 // ---- Grants ---------------------------------------------------------------------------
 
-void Grants::add(const Row& r) {
+void Grants::add(const Row& r, const std::string& principal) {
   if (!is_refusal(r)) return;
   Tally& t = by_key_[to_lower(r.host)];
+  if (!principal.empty()) ++t.asked[principal][r.ua];
   if (r.blocked)
     ++t.blocked;
   else
@@ -518,8 +541,178 @@ std::string Grants::render(const ViewOptions& o) const {
         out += cmd;
     }
     out += '\n';
+    if (!t.asked.empty()) {
+      // Who asked, and with which tools (User-Agent; "no User-Agent" when none was sent).
+      std::string l = "      asked by ";
+      bool first = true;
+      for (const auto& [who, uas] : t.asked) {
+        uint64_t n = 0;
+        std::string tools;
+        for (const auto& [ua, k] : uas) {
+          n += k;
+          if (!tools.empty()) tools += ", ";
+          tools += ua.empty() ? "no User-Agent" : sanitize(ua);
+        }
+        l += (first ? "" : "; ") + sanitize(who) + " " + std::to_string(n) + "x (" + tools + ")";
+        first = false;
+      }
+      out += fit_end(l, width) + '\n';
+    }
   }
   return out;
+}
+
+// ---- Principals ------------------------------------------------------------------------
+
+namespace {
+std::string kind_name(Principal::Kind k) {
+  switch (k) {
+    case Principal::Kind::container: return "container";
+    case Principal::Kind::build: return "build";
+    case Principal::Kind::user: return "user";
+    case Principal::Kind::uid: return "uid";
+    case Principal::Kind::unresolved: return "unresolved";
+    case Principal::Kind::unattributed: return "unattributed";
+    case Principal::Kind::none: return "none";
+  }
+  return "none";
+}
+
+nlohmann::ordered_json principal_json(const Principal& p) {
+  nlohmann::ordered_json j;
+  j["principal"] = p.label();
+  j["kind"] = kind_name(p.kind);
+  if (!p.id.empty()) j["id"] = p.id;
+  if (p.kind == Principal::Kind::container) {
+    // Names are what the engine says: the container's creator chose them.
+    j["claims"] = {{"name", p.claims.name}, {"project", p.claims.project},
+                   {"service", p.claims.service}};
+    j["basis"] = p.claim ? "engine_claim" : "stamp_only";
+  }
+  if (!p.reason.empty()) j["reason"] = p.reason;
+  return j;
+}
+
+std::string top_hosts(const std::map<std::string, uint64_t>& hosts) {
+  std::vector<std::pair<std::string, uint64_t>> hs(hosts.begin(), hosts.end());
+  std::stable_sort(hs.begin(), hs.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  std::string out;
+  for (size_t i = 0; i < hs.size(); ++i)
+    out += (i ? ", " : "") + sanitize(hs[i].first) + " " + std::to_string(hs[i].second);
+  return out;
+}
+}  // namespace
+
+void PrincipalView::add(const Row& r, const Principal& p) {
+  std::string label = p.label();
+  if (p.kind == Principal::Kind::unresolved) label = "unresolved " + r.src + "@" + r.net;
+  Tally& t = by_label_[label];
+  if (t.requests + t.would_block == 0) t.p = p;
+  if (r.would_block && !r.blocked)
+    ++t.would_block;
+  else
+    ++t.requests;
+  if (r.blocked) ++t.blocked;
+  t.last_ms = std::max(t.last_ms, r.ts_ms);
+  ++t.hosts[to_lower(r.host)];
+}
+
+std::string PrincipalView::render(const ViewOptions& o) const {
+  const size_t width = static_cast<size_t>(clamp_width(o.width));
+  const size_t pw = std::clamp<size_t>(width * 3 / 10, 20, 40);
+  std::vector<const std::pair<const std::string, Tally>*> ps;
+  for (const auto& e : by_label_) ps.push_back(&e);
+  std::stable_sort(ps.begin(), ps.end(), [](auto a, auto b) { return a->second.last_ms > b->second.last_ms; });
+  std::string out = pad_right("PRINCIPAL", pw) + "   REQS  BLOCK  WOULD  HOSTS\n";
+  bool claims = false;
+  for (auto e : ps) {
+    const Tally& t = e->second;
+    claims = claims || t.p.claim;
+    std::string l = cell(e->first, pw) + ' ' + pad_left(compact_count(t.requests, 6), 6) + ' ' +
+                    pad_left(compact_count(t.blocked, 6), 6) + ' ' +
+                    pad_left(compact_count(t.would_block, 6), 6) + "  " + top_hosts(t.hosts);
+    out += fit_end(l, width) + '\n';
+    if (!t.p.reason.empty()) out += fit_end("    " + sanitize(t.p.reason), width) + '\n';
+  }
+  if (ps.empty()) out += "no rows\n";
+  if (claims)
+    out += '\n' + fit_end("names are the engine's claims (chosen by whoever created the container)", width) + '\n';
+  return out;
+}
+
+std::string PrincipalView::json() const {
+  nlohmann::ordered_json arr = nlohmann::ordered_json::array();
+  for (const auto& [label, t] : by_label_) {
+    auto j = principal_json(t.p);
+    j["principal"] = label;
+    j["requests"] = t.requests;
+    j["blocked"] = t.blocked;
+    j["would_block"] = t.would_block;
+    j["last_seen"] = iso_or_null(t.last_ms);
+    j["hosts"] = t.hosts;
+    arr.push_back(std::move(j));
+  }
+  nlohmann::ordered_json doc;
+  doc["principals"] = std::move(arr);
+  return doc.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
+}
+
+void CredentialsView::add(const Row& r, const Principal& p) {
+  if (!r.injected) return;
+  std::string label = p.label();
+  if (p.kind == Principal::Kind::unresolved) label = "unresolved " + r.src + "@" + r.net;
+  Use& u = by_rule_[r.rule.empty() ? std::string("(no rule id)") : r.rule][label];
+  if (u.n++ == 0) u.first_ms = r.ts_ms;
+  u.first_ms = std::min(u.first_ms, r.ts_ms);
+  u.last_ms = std::max(u.last_ms, r.ts_ms);
+  ++u.hosts[to_lower(r.host)];
+  u.claim = p.claim;
+  u.reason = p.reason;
+}
+
+std::string CredentialsView::render(const ViewOptions& o) const {
+  const size_t width = static_cast<size_t>(clamp_width(o.width));
+  if (by_rule_.empty()) return "no injected rows\n";
+  std::string out;
+  for (const auto& [rule, users] : by_rule_) {
+    uint64_t n = 0;
+    for (const auto& [_, u] : users) n += u.n;
+    out += fit_end(fmt::format("rule {}: injected {} time{} for {} principal{}", sanitize(rule), n,
+                               n == 1 ? "" : "s", users.size(), users.size() == 1 ? "" : "s"),
+                   width) + '\n';
+    for (const auto& [who, u] : users) {
+      out += fit_end(fmt::format("  {} {}x, {} to {}: {}", sanitize(who), u.n, format_stamp(u.first_ms, o),
+                                 format_stamp(u.last_ms, o), top_hosts(u.hosts)),
+                     width) + '\n';
+      if (!u.reason.empty()) out += fit_end("      " + sanitize(u.reason), width) + '\n';
+    }
+  }
+  return out;
+}
+
+std::string CredentialsView::json() const {
+  nlohmann::ordered_json arr = nlohmann::ordered_json::array();
+  for (const auto& [rule, users] : by_rule_) {
+    nlohmann::ordered_json r;
+    r["rule"] = rule;
+    nlohmann::ordered_json ps = nlohmann::ordered_json::array();
+    for (const auto& [who, u] : users) {
+      nlohmann::ordered_json j;
+      j["principal"] = who;
+      j["injections"] = u.n;
+      j["first_seen"] = iso_or_null(u.first_ms);
+      j["last_seen"] = iso_or_null(u.last_ms);
+      j["hosts"] = u.hosts;
+      if (u.claim) j["basis"] = "engine_claim";
+      if (!u.reason.empty()) j["reason"] = u.reason;
+      ps.push_back(std::move(j));
+    }
+    r["principals"] = std::move(ps);
+    arr.push_back(std::move(r));
+  }
+  nlohmann::ordered_json doc;
+  doc["credentials"] = std::move(arr);
+  return doc.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
 }
 
 }  // namespace fy::netlog

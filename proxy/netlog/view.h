@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "proxy/netlog/reader.h"
+#include "proxy/netlog/snapshot.h"
 
 namespace fy::netlog {
 
@@ -20,6 +21,10 @@ struct ViewOptions {
   int width = 80;      // display columns; clamped to kMinWidth..kMaxWidth
   int64_t now_ms = 0;  // for "5m ago"
   bool utc = false;    // times in UTC instead of local time
+  // Engine snapshots to name principals with; null or empty: the stamps are
+  // shown as they are (docs/fy-netlog.md).
+  const Resolver* resolver = nullptr;
+  bool resolving() const { return resolver && resolver->snapshots() > 0; }
 };
 inline constexpr int kMinWidth = 64;  // the summary needs 51 columns beside the host
 inline constexpr int kMaxWidth = 1000;
@@ -46,6 +51,9 @@ std::string format_stamp(int64_t ts_ms, const ViewOptions& o);
 // The stamp fields for display: "ctr:3f2a9c1b7d0e podman1 10.89.1.2",
 // "unattributed", or "-" when the proxy has no stamp key.
 std::string who_of(const Row& r);
+// Who made the row: its resolved principal's label when resolving and the
+// stamp resolved ("svc:shop/web", "ctr:web", "build:…", "user"), else who_of().
+std::string principal_of(const Row& r, const ViewOptions& o);
 
 // ---- Views ---------------------------------------------------------------------
 
@@ -75,10 +83,11 @@ class RowPrinter {
   std::string day_;
 };
 
-// Collects refusals by key and prints how to grant them.
+// Collects refusals by key and prints how to grant them; when resolving,
+// each grant says which principals asked and with which User-Agents.
 class Grants {
  public:
-  void add(const Row& r);
+  void add(const Row& r, const std::string& principal = {});
   bool empty() const { return by_key_.empty(); }
   std::string render(const ViewOptions& o) const;
 
@@ -88,8 +97,45 @@ class Grants {
     uint64_t would_block = 0;
     int64_t last_ms = 0;
     bool build = false;
+    std::map<std::string, std::map<std::string, uint64_t>> asked;  // principal -> ua -> n
   };
   std::map<std::string, Tally> by_key_;
+};
+
+// `--by principal`: per principal, the hosts it used.
+class PrincipalView {
+ public:
+  void add(const Row& r, const Principal& p);
+  std::string render(const ViewOptions& o) const;
+  std::string json() const;
+
+ private:
+  struct Tally {
+    Principal p;
+    uint64_t requests = 0, blocked = 0, would_block = 0;
+    int64_t last_ms = 0;
+    std::map<std::string, uint64_t> hosts;
+  };
+  std::map<std::string, Tally> by_label_;
+};
+
+// `credentials`: per injection rule, the principals it was injected for
+// (rows with `injected`), with hosts and counts, over the filtered time range.
+class CredentialsView {
+ public:
+  void add(const Row& r, const Principal& p);
+  std::string render(const ViewOptions& o) const;
+  std::string json() const;
+
+ private:
+  struct Use {
+    uint64_t n = 0;
+    int64_t first_ms = 0, last_ms = 0;
+    std::map<std::string, uint64_t> hosts;
+    bool claim = false;
+    std::string reason;
+  };
+  std::map<std::string, std::map<std::string, Use>> by_rule_;  // rule -> principal -> use
 };
 
 }  // namespace fy::netlog

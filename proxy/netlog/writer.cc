@@ -81,6 +81,15 @@ void Writer::append(const Row& row) {
   ++buf_rows_;
 }
 
+void Writer::append_line(std::string_view line) {
+  if (buf_.size() >= opts_.max_buffered) {
+    ++stats_.rows_dropped;
+    return;
+  }
+  buf_.append(line);
+  ++buf_rows_;
+}
+
 bool Writer::open_file() {
   if (fd_ >= 0) return true;
   mkdirs(dir_of(opts_.path));
@@ -199,9 +208,9 @@ void Writer::flush() {
     uint64_t now = mono_ms();
     if (last_report_ms_ == 0 || now - last_report_ms_ >= 60000) {
       last_report_ms_ = now;
-      log::warn("network log: {} ({} rows dropped so far; traffic is not affected — free the "
+      log::warn("{}: {} ({} rows dropped so far; traffic is not affected — free the "
                 "disk or fix the path, writing resumes by itself)",
-                last_error_, stats_.rows_dropped);
+                opts_.what, last_error_, stats_.rows_dropped);
     }
   }
   buf_.clear();

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "proxy/netlog/row.h"
 
@@ -20,6 +21,7 @@ struct WriterOptions {
   uint64_t max_bytes = 5 * 1024 * 1024;   // rotate when the file would pass this
   int backups = 5;                        // dated backups kept
   size_t max_buffered = 4 * 1024 * 1024;  // rows dropped (counted) beyond this
+  std::string what = "network log";       // names the file in warnings
 };
 
 struct WriterStats {
@@ -37,6 +39,9 @@ class Writer {
   Writer& operator=(const Writer&) = delete;
 
   void append(const Row& row);
+  // Appends one pre-rendered JSON line (ending in '\n'): how fy-engine-watch
+  // writes its snapshots with the same bounds, rotation and error handling.
+  void append_line(std::string_view line);
   void flush();
   bool has_pending() const { return !buf_.empty(); }
   size_t pending_bytes() const { return buf_.size(); }
