@@ -501,12 +501,13 @@ int Conn::rq_done(llhttp_t* p) {
 
 bool Conn::parse_head() {
   const Config& cfg = server_->cfg;
+  if (in_.size() >= 4 && in_.compare(0, 4, "PRI ") == 0) {
+    // HTTP/2 with prior knowledge (podman 6 serves h2c on its unix socket).
+    refuse(400, "Bad Request", std::string(kPrefix) + "the HTTP/2 preface is refused: speak HTTP/1.1");
+    return false;
+  }
   size_t end = in_.find("\r\n\r\n");
   if (end == std::string::npos) {
-    if (in_.size() >= 16 && in_.compare(0, 14, "PRI * HTTP/2.0") == 0) {
-      refuse(400, "Bad Request", std::string(kPrefix) + "the HTTP/2 preface is refused: speak HTTP/1.1");
-      return false;
-    }
     // A bare-LF head never gets its CRLFCRLF: refuse it as soon as it shows.
     if (auto bad = check_raw_head(std::string_view(in_).substr(0, std::min<size_t>(in_.size(), cfg.max_head)));
         bad && bad->find("bare LF") != std::string::npos) {
