@@ -124,7 +124,22 @@ int run_probe(const std::string& sock, const std::string& image, const std::stri
   } catch (const std::exception&) {
     got = "";
   }
+  // And the runtime must actually run it: podman names a runtime whose
+  // binary is missing just as readily.
+  int exit_code = -1;
+  if (got == runtime) {
+    Reply st = call(sock, "POST", v + "/containers/" + id + "/start", "");
+    Reply w = call(sock, "POST", v + "/containers/" + id + "/wait?condition=exited", "");
+    if (st.status == 204 && w.status == 200) exit_code = atoi(w.body.c_str());
+  }
   Reply rm = call(sock, "DELETE", v + "/containers/" + id + "?force=true", "");
+  if (got == runtime && exit_code != 0) {
+    fprintf(stderr,
+            "fy-sockfilter: probe FAILED: the engine names '%s' for a container created through "
+            "%s, but it did not run it (exit %d): check the runtime's binary and wrapper\n",
+            runtime.c_str(), sock.c_str(), exit_code);
+    return 1;
+  }
   if (got != runtime) {
     fprintf(stderr,
             "fy-sockfilter: probe FAILED: a container created through %s runs under '%s', not "
