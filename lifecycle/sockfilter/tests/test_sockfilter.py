@@ -442,6 +442,24 @@ def t_cli(tmp, up):
     assert r.returncode == 3 and b"cannot listen" in r.stderr, r
 
 
+def t_provision_templates(tmp, up):
+    prov = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "provision")
+    w = open(os.path.join(prov, "runsc-fy.in")).read()
+    assert "allow-flag-override" not in w.replace("No --allow-flag-override", "")
+    out = os.path.join(tmp, "runsc-fy")
+    with open(out, "w") as fh:
+        fh.write(w.replace("@RUNSC@", "/bin/echo").replace("@RUNSC_FLAGS@", "--ignore-cgroups --host-uds=all"))
+    os.chmod(out, 0o755)
+    r = subprocess.run([out, "--allow-flag-override", "create", "x"], capture_output=True, text=True)
+    # the fixed flags come first, the caller's after: runsc reads its flags
+    # before the subcommand, so nothing the caller adds can precede them
+    assert r.stdout.split() == ["--ignore-cgroups", "--host-uds=all", "--allow-flag-override", "create", "x"]
+    conf = open(os.path.join(prov, "runsc.conf.in")).read()
+    assert 'runtime = "runsc-fy"' in conf and "@RUNSC_FY@" in conf
+    unit = open(os.path.join(prov, "podman-runsc-filter.service.in")).read()
+    assert "podman-runsc.sock %t/podman/podman-runsc-filtered.sock" in unit
+
+
 def main():
     if not BIN or not os.path.exists(BIN):
         print("FY_SOCKFILTER is not set to the built binary")
