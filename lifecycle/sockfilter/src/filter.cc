@@ -414,6 +414,11 @@ void Conn::drive() {
         if (client_eof_) close_after_flush();
         return;
       }
+      // A head that began while the last request waited for its answer is
+      // timed from now.
+      if (!uv_is_active(reinterpret_cast<uv_handle_t*>(&timer_))) {
+        arm_timer(server_->cfg.request_timeout_ms);
+      }
       if (!parse_head()) return;
     } else if (state_ == State::body) {
       parse_body();
