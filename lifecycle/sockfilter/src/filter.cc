@@ -11,6 +11,8 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <unordered_set>
+#include <vector>
 
 #include "core/config.h"
 #include "core/log.h"
@@ -36,9 +38,12 @@ struct Server;
 class Conn {
  public:
   Conn(Server* s, uint64_t id);
-  ~Conn() = default;
+  ~Conn();
   uv_pipe_t* client() { return &client_; }
   void start();
+  // Starts closing both sides; the object deletes itself once every handle
+  // is closed. Safe to call more than once.
+  void close();
 
  private:
   enum class State { head, body, wait_response, raw };
@@ -67,7 +72,6 @@ class Conn {
   void on_client_eof();
   void arm_timer(uint64_t ms);
   void on_timer();
-  void close();
   void maybe_finish_raw();
   void close_after_flush();
   void linger();
@@ -137,12 +141,16 @@ struct Server {
   uv_signal_t sigterm{}, sigint{};
   uint64_t next_id = 1;
   uint64_t refused = 0, creates = 0, stripped = 0;
+  std::unordered_set<Conn*> conns;  // live connections, closed on stop
 };
 
 Conn* of(uv_handle_t* h) { return static_cast<Conn*>(h->data); }
 Conn* of_parser(llhttp_t* p) { return static_cast<Conn*>(p->data); }
 
+Conn::~Conn() { server_->conns.erase(this); }
+
 Conn::Conn(Server* s, uint64_t id) : server_(s), id_(id) {
+  s->conns.insert(this);
   uv_pipe_init(s->loop, &client_, 0);
   uv_pipe_init(s->loop, &upstream_, 0);
   uv_timer_init(s->loop, &timer_);
@@ -850,9 +858,8 @@ void on_connection(uv_stream_t* l, int status) {
   }
   Conn* c = new Conn(s, s->next_id++);
   if (uv_accept(l, reinterpret_cast<uv_stream_t*>(c->client())) != 0) {
-    // close() is private; an accept failure leaves nothing to serve.
-    uv_close(reinterpret_cast<uv_handle_t*>(c->client()), nullptr);
-    return;  // leaked deliberately: a Conn whose accept failed (not reached in practice)
+    c->close();
+    return;
   }
   c->start();
 }
@@ -955,7 +962,15 @@ int serve(const Config& cfg) {
   uv_signal_start(&s.sigterm, stop, SIGTERM);
   uv_signal_start(&s.sigint, stop, SIGINT);
   uv_run(&loop, UV_RUN_DEFAULT);
+  // Stopped: every connection and handle closed, the loop run until they are.
   unlink(cfg.listen.c_str());
+  std::vector<Conn*> live(s.conns.begin(), s.conns.end());
+  for (Conn* c : live) c->close();
+  uv_close(reinterpret_cast<uv_handle_t*>(&s.listener), nullptr);
+  uv_close(reinterpret_cast<uv_handle_t*>(&s.sigterm), nullptr);
+  uv_close(reinterpret_cast<uv_handle_t*>(&s.sigint), nullptr);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  if (uv_loop_close(&loop) != 0) log::warn("the loop still had handles at exit");
   return 0;
 }
 
