@@ -1,0 +1,219 @@
+#!/usr/bin/env python3
+"""fy-sockfilter's benchmark: the same requests, in the same run, straight to
+a real podman API socket (runsc default, as test_live_podman.py sets it up),
+through fy-sockfilter, and through haproxy in http mode on unix sockets with
+path ACLs (how the popular socket proxies are built). Arms alternate every
+round (the order rotates); each figure is the median over all requests of all
+rounds; ratios are against direct in the same run.
+
+  python3 bench/sockfilter/bench_sockfilter.py --filter build/subprojects/fy-sockfilter/fy-sockfilter \
+      [--rounds 7] [--pings 300] [--lists 150] [--creates 8] [--json out.json]
+
+Needs root, podman, runsc, haproxy. Each request is timed from the first byte
+written to the last byte of the response read, on one keep-alive connection
+per arm and round (a Python client: its cost is in every arm alike)."""
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "lifecycle", "sockfilter", "tests"))
+from test_live_podman import IMAGE, ensure_image  # noqa: E402
+
+HAPROXY_CFG = """global
+  maxconn 256
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 10m
+  timeout server 10m
+frontend engine
+  bind unix@{listen} mode 660
+  acl creating path_reg ^(/v[0-9][0-9A-Za-z.-]*)?(/libpod)?/(play/kube|kube/play|kube/apply|quadlets|local/)
+  acl restore path_reg /containers/[^/]+/restore$
+  http-request deny if creating
+  http-request deny if restore
+  default_backend podman
+backend podman
+  server engine unix@{upstream}
+"""
+
+
+class Conn:
+    def __init__(self, path):
+        self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.s.settimeout(60)
+        self.s.connect(path)
+        self.buf = b""
+
+    def request(self, method, path, body=None):
+        data = b"%s %s HTTP/1.1\r\nHost: d\r\n" % (method.encode(), path.encode())
+        if body is not None:
+            data += b"Content-Type: application/json\r\nContent-Length: %d\r\n" % len(body)
+        data += b"\r\n" + (body or b"")
+        t0 = time.perf_counter_ns()
+        self.s.sendall(data)
+        while b"\r\n\r\n" not in self.buf:
+            self._more()
+        head, _, self.buf = self.buf.partition(b"\r\n\r\n")
+        lower = head.lower()
+        status = int(head.split(b" ")[1])
+        if b"transfer-encoding: chunked" in lower:
+            out = b""
+            while True:
+                while b"\r\n" not in self.buf:
+                    self._more()
+                ln, _, self.buf = self.buf.partition(b"\r\n")
+                n = int(ln.split(b";")[0], 16)
+                while len(self.buf) < n + 2:
+                    self._more()
+                out += self.buf[:n]
+                self.buf = self.buf[n + 2:]
+                if n == 0:
+                    break
+            resp = out
+        else:
+            n = 0
+            for ln in lower.split(b"\r\n"):
+                if ln.startswith(b"content-length:"):
+                    n = int(ln.split(b":")[1])
+            while len(self.buf) < n:
+                self._more()
+            resp, self.buf = self.buf[:n], self.buf[n:]
+        return time.perf_counter_ns() - t0, status, resp
+
+    def _more(self):
+        d = self.s.recv(65536)
+        if not d:
+            raise EOFError
+        self.buf += d
+
+    def close(self):
+        self.s.close()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--filter", required=True)
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--pings", type=int, default=300)
+    ap.add_argument("--lists", type=int, default=150)
+    ap.add_argument("--creates", type=int, default=8)
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    for tool in ("podman", "runsc", "haproxy"):
+        if not shutil.which(tool):
+            print("SKIP: %s is not installed" % tool)
+            return 77
+    ensure_image()
+    tmp = tempfile.mkdtemp(prefix="fy-sf-bench-%d-" % os.getpid())
+    wrapper = os.path.join(tmp, "runsc-fy")
+    with open(wrapper, "w") as f:
+        f.write("#!/bin/sh\nexec %s --ignore-cgroups --network=none \"$@\"\n" % shutil.which("runsc"))
+    os.chmod(wrapper, 0o755)
+    conf = os.path.join(tmp, "containers.conf")
+    with open(conf, "w") as f:
+        f.write('[containers]\nlabel = false\nnetns = "none"\n'
+                'default_ulimits = ["nofile=1024:1024", "nproc=1000:1000"]\n'
+                '[engine]\ncgroup_manager = "cgroupfs"\nruntime = "runsc-fy"\n'
+                '[engine.runtimes]\nrunsc-fy = ["%s"]\n' % wrapper)
+    engine = os.path.join(tmp, "engine.sock")
+    filtered = os.path.join(tmp, "filtered.sock")
+    hap = os.path.join(tmp, "haproxy.sock")
+    with open(os.path.join(tmp, "haproxy.cfg"), "w") as f:
+        f.write(HAPROXY_CFG.format(listen=hap, upstream=engine))
+    procs = []
+    created = []
+    try:
+        procs.append(subprocess.Popen(
+            ["unshare", "-m", "--propagation", "private", "sh", "-c",
+             "umount -l /sys/fs/cgroup && mount -t cgroup2 none /sys/fs/cgroup && "
+             "exec podman system service --time=0 unix://" + engine],
+            env=dict(os.environ, CONTAINERS_CONF=conf), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        for _ in range(300):
+            if os.path.exists(engine):
+                break
+            time.sleep(0.05)
+        procs.append(subprocess.Popen([a.filter, engine, filtered, "--log-level", "warn"]))
+        procs.append(subprocess.Popen(["haproxy", "-f", os.path.join(tmp, "haproxy.cfg")],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        arms = {"direct": engine, "fy-sockfilter": filtered, "haproxy": hap}
+        for path in arms.values():
+            for _ in range(300):
+                if os.path.exists(path):
+                    break
+                time.sleep(0.05)
+        # Warm-up: each arm once, the image resolved.
+        for path in arms.values():
+            c = Conn(path)
+            c.request("GET", "/_ping")
+            c.close()
+        spec = json.dumps({"image": IMAGE, "command": ["true"], "oci_runtime": "crun",
+                           "annotations": {"dev.gvisor.x": "1", "keep": "1"}}).encode()
+        samples = {arm: {"ping": [], "list": [], "create": []} for arm in arms}
+        names = list(arms)
+        for rnd in range(a.rounds):
+            order = names[rnd % 3:] + names[:rnd % 3]
+            for arm in order:
+                c = Conn(arms[arm])
+                for _ in range(a.pings):
+                    ns, st, _ = c.request("GET", "/_ping")
+                    assert st == 200, (arm, st)
+                    samples[arm]["ping"].append(ns)
+                for _ in range(a.lists):
+                    ns, st, _ = c.request("GET", "/v4.0.0/libpod/containers/json?all=true")
+                    assert st == 200, (arm, st)
+                    samples[arm]["list"].append(ns)
+                for _ in range(a.creates):
+                    ns, st, body = c.request("POST", "/v4.0.0/libpod/containers/create", spec)
+                    assert st == 201, (arm, st, body)
+                    created.append(json.loads(body)["Id"])
+                    samples[arm]["create"].append(ns)
+                c.close()
+            # creates removed between rounds, untimed, so the list stays the same size
+            c = Conn(engine)
+            while created:
+                c.request("DELETE", "/v4.0.0/libpod/containers/%s?force=true" % created.pop())
+            c.close()
+        result = {}
+        print("%-14s %-7s %10s %10s %8s" % ("arm", "request", "p50 us", "p90 us", "vs direct"))
+        for kind in ("ping", "list", "create"):
+            d50 = statistics.median(samples["direct"][kind])
+            for arm in names:
+                xs = sorted(samples[arm][kind])
+                p50 = statistics.median(xs)
+                p90 = xs[int(len(xs) * 0.9)]
+                result.setdefault(arm, {})[kind] = {"p50_us": p50 / 1000, "p90_us": p90 / 1000,
+                                                    "p50_vs_direct": p50 / d50, "n": len(xs)}
+                print("%-14s %-7s %10.1f %10.1f %7.3fx" % (arm, kind, p50 / 1000, p90 / 1000, p50 / d50))
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(result, f, indent=1)
+        return 0
+    finally:
+        if created:
+            try:
+                c = Conn(engine)
+                for cid in created:
+                    c.request("DELETE", "/v4.0.0/libpod/containers/%s?force=true" % cid)
+                c.close()
+            except (OSError, EOFError):
+                pass
+        for p in procs:
+            p.terminate()
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+// The create-body rewrite: strips every runtime-selecting field from a
+// container-create body and keeps every other byte as written.
+//
+// podman decodes create bodies with json-iterator's std-compatible config: a
+// key binds to a struct field exactly or, failing that, after strings.ToLower
+// (so `OCI_Runtime`, `ANNOTATIONS`, `hostconfig` all bind), a repeated key
+// merges into the same map, and trailing data after the value is ignored. So
+// this rewrite, to see exactly what the engine will see:
+//   - refuses a key that repeats another in the same object, exactly or after
+//     case folding (fold() in route.h), at every level;
+//   - strips in any key case: libpod `oci_runtime`; compat
+//     `HostConfig.Runtime`; and in libpod `annotations` / compat
+//     `HostConfig.Annotations` every key that starts `dev.gvisor.` or names
+//     the sandbox runsc would join (io.kubernetes.cri.sandbox-id and
+//     .container-type, io.kubernetes.cri-o.SandboxID and .ContainerType);
+//   - refuses anything after the JSON value but whitespace, invalid JSON,
+//     invalid UTF-8 or a lone \u surrogate, a top level that is not an object,
+//     and nesting deeper than kMaxDepth;
+//   - keeps the rest byte for byte: numbers as written, key order, spacing.
+// Pure: the input is read, the output is a new string.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace fy::sockfilter {
+
+enum class Family { libpod, compat };
+
+inline constexpr int kMaxDepth = 128;
+
+struct Rewrite {
+  bool ok = false;
+  std::string body;    // the body to forward (when ok)
+  std::string error;   // what was wrong, for the 400 (when !ok)
+  int stripped = 0;    // how many members were removed
+};
+
+Rewrite rewrite_create(std::string_view body, Family family);
+
+// True when a folded annotation key selects runsc behaviour or a sandbox.
+bool is_runtime_annotation(std::string_view folded_key);
+
+}  // namespace fy::sockfilter
