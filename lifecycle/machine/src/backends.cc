@@ -73,12 +73,18 @@ class Lima final : public Backend {
   std::string cli() const override { return "limactl"; }
   bool supports_concurrent() const override { return true; }
 
+  // `limactl list --json n`, remembered until this process next runs a
+  // limactl command that changes the instance (checked() forgets it).
   std::optional<LimaInstance> find(const std::string& n) {
-    RunResult r = run({"limactl", "list", "--json", n}, scaled(30s));
+    if (cached_ && cached_name_ == n) return *cached_;
+    RunResult r = run({"limactl", "list", "--json", n}, 30s);
     if (r.rc != 0) return std::nullopt;
+    std::optional<LimaInstance> out;
     for (auto& i : parse_lima_list(r.out))
-      if (i.name == n) return i;
-    return std::nullopt;
+      if (i.name == n) out = i;
+    cached_ = out;
+    cached_name_ = n;
+    return out;
   }
 
   std::string dir(const std::string& n) {
@@ -101,7 +107,7 @@ class Lima final : public Backend {
     std::optional<std::string> vt = env("MACHINE_VMTYPE");
     if (!vt && env_.vm_type) vt = env_.vm_type;
     std::string info;
-    if (!vt || vt->empty()) info = run({"limactl", "info"}, scaled(30s)).out;
+    if (!vt || vt->empty()) info = run({"limactl", "info"}, 30s).out;
     auto resolved = resolve_vm_type(vt, info);
     if (resolved) env_.say("▶ hypervisor (vmType): " + *resolved);
     auto argv = lima_create_argv("limactl", n, lima_set_expr(res, m, resolved));
@@ -112,7 +118,8 @@ class Lima final : public Backend {
     auto i = find(n);
     if (i && iequals(i->status, "broken")) {
       env_.say(fmt::format("▶ '{}' is Broken (a host agent or driver died) — limactl stop --force {}", n, n));
-      run({"limactl", "stop", "--force", n}, scaled(60s));
+      run({"limactl", "stop", "--force", n}, 60s);
+      cached_.reset();
     }
     reap_orphans(n);
     if (!checked({"limactl", "start", n}, 900s)) return false;
@@ -126,7 +133,8 @@ class Lima final : public Backend {
   }
 
   bool stop(const std::string& n) override {
-    RunResult r = run({"limactl", "stop", n}, scaled(60s));
+    RunResult r = run({"limactl", "stop", n}, 60s);
+    cached_.reset();
     auto left = host_pids(n);
     if (r.rc == 0 && left.empty()) return true;
     env_.say(fmt::format("▶ '{}' did not stop gracefully ({}) — limactl stop --force {}", n,
@@ -192,7 +200,7 @@ class Lima final : public Backend {
   RunResult guest(const std::string& n, const std::vector<std::string>& argv) override {
     std::vector<std::string> a = {"limactl", "shell", "--workdir", "/", n, "--"};
     a.insert(a.end(), argv.begin(), argv.end());
-    return run(a, scaled(20s));
+    return run(a, 20s);
   }
 
   std::vector<pid_t> host_pids(const std::string& n) override {
@@ -205,7 +213,7 @@ class Lima final : public Backend {
   }
 
   std::vector<std::string> list_running() override {
-    RunResult r = run({"limactl", "list", "--json"}, scaled(30s));
+    RunResult r = run({"limactl", "list", "--json"}, 30s);
     std::vector<std::string> out;
     for (auto& i : parse_lima_list(r.out))
       if (iequals(i.status, "running")) out.push_back(i.name);
@@ -216,6 +224,7 @@ class Lima final : public Backend {
   // Runs argv; on failure says what failed, with the tool's first stderr line.
   bool checked(const std::vector<std::string>& argv, milliseconds t) {
     RunResult r = run(argv, t);
+    cached_.reset();
     if (r.rc == 0) return true;
     env_.say(fmt::format("✗ {} failed ({}){}", argv_str(argv),
                          r.rc == 124 ? "timed out" : "rc " + std::to_string(r.rc),
@@ -223,6 +232,8 @@ class Lima final : public Backend {
     return false;
   }
   Env env_;
+  std::optional<std::optional<LimaInstance>> cached_;
+  std::string cached_name_;
 };
 
 // ------------------------------------------------------- podman machine ----
@@ -235,11 +246,11 @@ class Podman final : public Backend {
   bool supports_concurrent() const override { return false; }
 
   RunResult inspect(const std::string& n, const std::string& format) {
-    return run({"podman", "machine", "inspect", "--format", format, n}, scaled(30s));
+    return run({"podman", "machine", "inspect", "--format", format, n}, 30s);
   }
 
   bool exists(const std::string& n) override {
-    return run({"podman", "machine", "inspect", n}, scaled(30s)).rc == 0;
+    return run({"podman", "machine", "inspect", n}, 30s).rc == 0;
   }
 
   State state(const std::string& n) override {
@@ -261,21 +272,21 @@ class Podman final : public Backend {
         // podman#16945/#24416: "Starting" persisted with nothing behind it.
         env_.say(fmt::format("▶ podman machine '{}' says Starting but no VM process is alive — "
                              "a stuck start; stopping it before starting again", n));
-        run({"podman", "machine", "stop", n}, scaled(60s));
+        run({"podman", "machine", "stop", n}, 60s);
       } else {
         // A real start in progress: give it the time a boot takes.
         for (int k = 0; k < 60 && state(n) == State::starting; ++k) sleep_for(scaled(1000ms));
         if (state(n) == State::running) return true;
         env_.say(fmt::format("▶ podman machine '{}' stayed Starting for 60 s — ending its processes", n));
         reap_orphans(n);
-        run({"podman", "machine", "stop", n}, scaled(60s));
+        run({"podman", "machine", "stop", n}, 60s);
       }
     }
     return checked({"podman", "machine", "start", n}, 900s);
   }
 
   bool stop(const std::string& n) override {
-    RunResult r = run({"podman", "machine", "stop", n}, scaled(60s));
+    RunResult r = run({"podman", "machine", "stop", n}, 60s);
     if (r.rc == 0 && host_pids(n).empty()) return true;
     env_.say(fmt::format("▶ podman machine '{}' did not stop cleanly — ending its processes", n));
     reap_orphans(n);
@@ -349,7 +360,7 @@ class Podman final : public Backend {
   }
 
   std::vector<std::string> list_running() override {
-    RunResult r = run({"podman", "machine", "list", "--format", "{{.Name}}|{{.Running}}"}, scaled(30s));
+    RunResult r = run({"podman", "machine", "list", "--format", "{{.Name}}|{{.Running}}"}, 30s);
     std::vector<std::string> out;
     for (auto& m : parse_podman_list(r.out))
       if (m.running) out.push_back(m.name);

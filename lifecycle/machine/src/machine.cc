@@ -32,7 +32,7 @@ class GvisorProbe final : public ReadinessCheck {
       RunResult r = run({"ssh", "-F", ssh_config, alias, "--",
                          "podman --url unix:///run/user/$(id -u)/podman/podman-runsc-filtered.sock "
                          "info --format '{{.Host.OCIRuntime.Name}}'"},
-                        scaled(15s));
+                        15s);
       last = trimmed(r.out);
       if (r.rc == 0 && last == "runsc-fy") return {true, ""};
       if (last.empty()) last = trimmed(r.err.substr(0, r.err.find('\n')));
