@@ -1,0 +1,269 @@
+#include "boot.h"
+
+#include <fmt/format.h>
+
+#include <regex>
+
+#include "core/crypto.h"
+#include "plan.h"
+
+namespace fy::machine {
+
+namespace {
+
+// The script, with @@NAME@@ placeholders. Lima expands only {{.User}} and
+// {{.UID}} in it (uses_only_lima_fields enforces that no other {{...}} gets
+// in). Each heredoc's delimiter is quoted, so nothing inside is expanded by
+// the guest's shell either: unit files arrive byte for byte.
+constexpr std::string_view kTemplate = R"__(#!/bin/bash
+@@ID@@
+# foldyard's guest boot provisioning, written by fy-machine (run as root by
+# lima at every boot). It narrows sudo, installs the wall through fy-wall,
+# installs the forwarder's unit and key@@GVISOR_NOTE@@, and writes
+# /run/fy-wall/state LAST: no state file means this boot did not apply it.
+install -d -m0755 /run/fy-wall
+exec >>/run/fy-wall/boot.log 2>&1
+chmod 0644 /run/fy-wall/boot.log
+set -euo pipefail
+echo "fy-provision boot $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+rm -f /run/fy-wall/state
+
+# 1. Sudo narrowing: the VM user may only power the guest off.
+user='{{.User}}'
+uid='{{.UID}}'
+cloud=/etc/sudoers.d/90-cloud-init-users
+if [ -z "$user" ] && [ -f "$cloud" ]; then
+  user=$(awk '/NOPASSWD/ { print $1; exit }' "$cloud")
+fi
+if [ -z "$user" ]; then
+  echo "✗ no VM user (neither lima's {{.User}} nor a NOPASSWD line in $cloud)" >&2
+  exit 1
+fi
+if [ -z "$uid" ]; then
+  uid=$(id -u "$user")
+fi
+printf '%s ALL=(ALL) NOPASSWD:/sbin/shutdown -h now\n' "$user" >/run/fy-wall/sudoers.tmp
+visudo -cf /run/fy-wall/sudoers.tmp
+install -m0440 /run/fy-wall/sudoers.tmp "$cloud"
+rm -f /run/fy-wall/sudoers.tmp
+
+# 2. The journal cap.
+install -d -m0755 /etc/systemd/journald.conf.d
+printf '[Journal]\nSystemMaxUse=@@JOURNAL_MIB@@M\n' >/etc/systemd/journald.conf.d/50-foldyard-cap.conf
+
+# 3. The wall, through fy-wall (its config checked before it replaces the old).
+wall=@@WALL_BIN@@
+if [ ! -x "$wall" ]; then
+  echo "✗ $wall is missing in the guest: install fy-wall there before booting" >&2
+  exit 1
+fi
+install -d -m0755 /etc/fy-wall
+cat >/etc/fy-wall/fy-wall.toml.tmp <<__FY_WALL_TOML__
+# written by fy-machine's boot provisioning
+[machine]
+user = "$user"
+gateway = @@GATEWAY@@
+ports = @@PORTS_TOML@@
+
+[guard]
+listener = "127.42.0.1"
+__FY_WALL_TOML__
+"$wall" apply machine --check --config /etc/fy-wall/fy-wall.toml.tmp
+"$wall" apply guard --check --config /etc/fy-wall/fy-wall.toml.tmp
+mv /etc/fy-wall/fy-wall.toml.tmp /etc/fy-wall/fy-wall.toml
+cat >/etc/systemd/system/fy-wall.service.tmp <<'__FY_WALL_UNIT__'
+@@WALL_UNIT@@__FY_WALL_UNIT__
+mv /etc/systemd/system/fy-wall.service.tmp /etc/systemd/system/fy-wall.service
+cat >/etc/systemd/system/fy-forwarder-guard.service.tmp <<'__FY_GUARD_UNIT__'
+@@GUARD_UNIT@@__FY_GUARD_UNIT__
+mv /etc/systemd/system/fy-forwarder-guard.service.tmp /etc/systemd/system/fy-forwarder-guard.service
+# The rootful engine stays off: the walled user's rootless one is the engine.
+systemctl disable --now podman.socket podman.service || true
+systemctl mask podman.socket
+rm -f /run/podman/podman.sock
+
+# 4. The forwarder: its key (root only), its config, its unit.
+install -d -m0700 /var/lib/fy-forwarder
+install -d -m0755 /etc/fy
+(umask 077 && printf '%s\n' @@FORWARDER_KEY@@ >/var/lib/fy-forwarder/forwarder.key.tmp)
+mv /var/lib/fy-forwarder/forwarder.key.tmp /var/lib/fy-forwarder/forwarder.key
+subuids=$(awk -F: -v u="$user" -v i="$uid" '($1 == u || $1 == i) && $3 > 0 { printf "%d-%d", $2, $2 + $3 - 1; exit }' /etc/subuid || true)
+walled="\"$uid\""
+if [ -n "$subuids" ]; then
+  walled="$walled, \"$subuids\""
+fi
+cat >/etc/fy/forwarder.toml.tmp <<__FY_FWD_TOML__
+# written by fy-machine's boot provisioning
+key_file = "/var/lib/fy-forwarder/forwarder.key"
+state_dir = "/run/fy-forwarder"
+
+[upstream]
+host = @@GATEWAY@@
+
+[[port]]
+port = @@PROXY_PORT@@
+stamp = true
+
+[[port]]
+port = @@MINTER_PORT@@
+stamp = false
+
+[bridge]
+netns = "/run/user/$uid/netns/rootless-netns"
+
+[vm]
+listen = "127.42.0.1"
+walled_uids = [$walled]
+__FY_FWD_TOML__
+@@FORWARDER_BIN@@ --check-config --config /etc/fy/forwarder.toml.tmp
+mv /etc/fy/forwarder.toml.tmp /etc/fy/forwarder.toml
+cat >/etc/systemd/system/fy-forwarder.service.tmp <<'__FY_FWD_UNIT__'
+@@FORWARDER_UNIT@@__FY_FWD_UNIT__
+mv /etc/systemd/system/fy-forwarder.service.tmp /etc/systemd/system/fy-forwarder.service
+@@GVISOR@@
+# 5. Apply without ever taking a wall down: reload-or-restart runs the unit's
+# ExecReload (one atomic apply) when it is active, a start when it is not.
+systemctl daemon-reload
+systemctl enable fy-wall.service fy-forwarder-guard.service fy-forwarder.service
+systemctl reload-or-restart fy-wall.service
+systemctl reload-or-restart fy-forwarder-guard.service
+systemctl reload-or-restart fy-forwarder.service
+"$wall" status machine --config /etc/fy-wall/fy-wall.toml
+"$wall" status guard --config /etc/fy-wall/fy-wall.toml
+
+# 6. Last, and only when everything above held: what this boot wanted.
+printf '%s\n' @@WANT@@ >/run/fy-wall/state.tmp
+chmod 0644 /run/fy-wall/state.tmp
+mv /run/fy-wall/state.tmp /run/fy-wall/state
+echo "fy-provision boot done: "@@WANT@@
+)__";
+
+// ADR-0025's posture: a runsc-default engine for the walled user, behind the
+// socket filter (fy-sockfilter), as user units every login of the user gets.
+constexpr std::string_view kGvisor = R"__(
+# 4b. The gVisor posture: a runsc engine behind the socket filter (user units).
+home=$(getent passwd "$user" | cut -d: -f6)
+gid=$(id -g "$user")
+install -d -o "$uid" -g "$gid" "$home/.config" "$home/.config/containers"
+cat >"$home/.config/containers/runsc.conf" <<'__FY_RUNSC_CONF__'
+[engine]
+runtime = "runsc-fy"
+
+[engine.runtimes]
+runsc-fy = ["/usr/local/libexec/fy/runsc-fy"]
+
+[containers]
+label = false
+__FY_RUNSC_CONF__
+chown "$uid:$gid" "$home/.config/containers/runsc.conf"
+install -d -m0755 /usr/local/libexec/fy
+cat >/usr/local/libexec/fy/runsc-fy <<'__FY_RUNSC_WRAP__'
+#!/bin/sh
+exec @@RUNSC_BIN@@ --ignore-cgroups --host-uds=all "$@"
+__FY_RUNSC_WRAP__
+chmod 0755 /usr/local/libexec/fy/runsc-fy
+cat >/etc/systemd/user/podman-runsc.service <<'__FY_RUNSC_UNIT__'
+[Unit]
+Description=rootless podman API service with runsc as its default runtime (ADR-0025)
+
+[Service]
+Environment=CONTAINERS_CONF_OVERRIDE=%h/.config/containers/runsc.conf
+ExecStart=/usr/bin/podman system service --time=0 unix://%t/podman/podman-runsc.sock
+Restart=always
+
+[Install]
+WantedBy=default.target
+__FY_RUNSC_UNIT__
+cat >/etc/systemd/user/podman-runsc-filter.service <<'__FY_FILTER_UNIT__'
+[Unit]
+Description=foldyard socket filter in front of the runsc engine (ADR-0025)
+Requires=podman-runsc.service
+After=podman-runsc.service
+
+[Service]
+ExecStart=@@SOCKFILTER_BIN@@ %t/podman/podman-runsc.sock %t/podman/podman-runsc-filtered.sock
+Restart=always
+
+[Install]
+WantedBy=default.target
+__FY_FILTER_UNIT__
+systemctl --global enable podman-runsc.service podman-runsc-filter.service
+systemctl --user -M "$user@" daemon-reload || true
+systemctl --user -M "$user@" restart podman-runsc.service podman-runsc-filter.service || true
+)__";
+
+void replace_all(std::string& s, std::string_view from, std::string_view to) {
+  size_t pos = 0;
+  while ((pos = s.find(from, pos)) != std::string::npos) {
+    s.replace(pos, from.size(), to);
+    pos += to.size();
+  }
+}
+
+// A unit file's text, ending in exactly one newline (the heredoc's delimiter
+// must start a line), and never containing a line equal to the delimiter.
+std::string unit_body(std::string text) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+  return text + "\n";
+}
+
+std::string ports_toml(int64_t b) {
+  return fmt::format("[\"{}-{}\", \"{}-{}\"]", b, b + 89, b + 100, b + 189);
+}
+
+}  // namespace
+
+std::string boot_want(const BootSpec& s) {
+  return fmt::format("wall on {}{}", wall_ports(s.port_base), s.gvisor ? " gvisor" : "");
+}
+
+std::vector<std::string> boot_system_units(const BootSpec&) {
+  return {"fy-wall.service", "fy-forwarder-guard.service", "fy-forwarder.service"};
+}
+
+std::vector<std::string> boot_user_units(const BootSpec& s) {
+  if (!s.gvisor) return {};
+  return {"podman-runsc.service", "podman-runsc-filter.service"};
+}
+
+Rendered render_boot(const BootSpec& s) {
+  std::string t(kTemplate);
+  std::string gv = s.gvisor ? std::string(kGvisor) : std::string();
+  replace_all(gv, "@@RUNSC_BIN@@", shell_quote(s.runsc_bin));
+  replace_all(gv, "@@SOCKFILTER_BIN@@", s.sockfilter_bin);
+  replace_all(t, "@@GVISOR@@", gv);
+  replace_all(t, "@@GVISOR_NOTE@@", s.gvisor ? ", the socket filter's units (gVisor)" : "");
+  replace_all(t, "@@JOURNAL_MIB@@", std::to_string(s.journal_max_mib));
+  replace_all(t, "@@WALL_BIN@@", shell_quote(s.wall_bin));
+  replace_all(t, "@@FORWARDER_BIN@@", shell_quote(s.forwarder_bin));
+  replace_all(t, "@@GATEWAY@@", json_quote(s.gateway));
+  replace_all(t, "@@PORTS_TOML@@", ports_toml(s.port_base));
+  replace_all(t, "@@PROXY_PORT@@", std::to_string(s.port_base));
+  replace_all(t, "@@MINTER_PORT@@", std::to_string(s.port_base + 100));
+  replace_all(t, "@@FORWARDER_KEY@@", shell_quote(s.forwarder_key));
+  replace_all(t, "@@WANT@@", shell_quote(boot_want(s)));
+  // Units last: their text is not scanned for placeholders again.
+  replace_all(t, "@@WALL_UNIT@@", unit_body(s.wall_unit));
+  replace_all(t, "@@GUARD_UNIT@@", unit_body(s.guard_unit));
+  replace_all(t, "@@FORWARDER_UNIT@@", unit_body(s.forwarder_unit));
+  Rendered r;
+  r.id = hex(sha256(t)).substr(0, 16);
+  r.script = t;
+  replace_all(r.script, "@@ID@@", std::string(kProvisionMarker) + r.id);
+  return r;
+}
+
+bool uses_only_lima_fields(const std::string& script, std::string* bad) {
+  static const std::regex field(R"(\{\{[^}]*\}\})");
+  for (auto it = std::sregex_iterator(script.begin(), script.end(), field);
+       it != std::sregex_iterator(); ++it) {
+    std::string f = it->str();
+    if (f != "{{.User}}" && f != "{{.UID}}") {
+      if (bad) *bad = f;
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace fy::machine

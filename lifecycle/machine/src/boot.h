@@ -1,0 +1,47 @@
+// The guest's boot provisioning: one bash script, recorded as a lima system
+// provision entry under the "# fy-provision <id>" marker, run as root at every
+// boot. Pure: the renderer takes every byte it writes into the guest (unit
+// files, the forwarder's key and config) as input, so its id is a function of
+// those inputs alone.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace fy::machine {
+
+struct BootSpec {
+  int64_t port_base = 41000;            // the project's daemon band (proxy b..b+89, minter +100..)
+  std::string gateway = "192.168.5.2";  // lima's user-mode host gateway
+  std::string wall_bin = "/usr/local/bin/fy-wall";
+  std::string forwarder_bin = "/usr/libexec/fy/fy-forwarder";
+  std::string wall_unit;       // wall/dist/fy-wall.service
+  std::string guard_unit;      // wall/dist/fy-forwarder-guard.service
+  std::string forwarder_unit;  // forwarder/exe/fy-forwarder.service
+  std::string forwarder_key;   // 64 hex: the stamp key shared with the host proxy
+  bool gvisor = false;         // ADR-0025's posture: the socket filter's user units too
+  std::string sockfilter_bin = "/usr/local/bin/fy-sockfilter";
+  std::string runsc_bin = "/usr/local/bin/runsc";
+  int64_t journal_max_mib = 512;
+};
+
+// What the guest's state file says when the script ran to its end.
+std::string boot_want(const BootSpec& s);
+
+// The units the guest must have active after boot, as `systemctl is-active`
+// names them (system units), and the user units (`systemctl --user`).
+std::vector<std::string> boot_system_units(const BootSpec& s);
+std::vector<std::string> boot_user_units(const BootSpec& s);
+
+struct Rendered {
+  std::string script;  // line 2 is "# fy-provision <id>"
+  std::string id;      // sha256 of the script with @@ID@@ still in it, 16 hex
+};
+Rendered render_boot(const BootSpec& s);
+
+// The Lima template fields the script may contain, and a check that it uses
+// no other `{{...}}`.
+bool uses_only_lima_fields(const std::string& script, std::string* bad = nullptr);
+
+}  // namespace fy::machine

@@ -1,0 +1,68 @@
+// The lifecycle verbs over one Backend: ensure, status, stop, rm, socket,
+// ssh-target. Each returns the CLI's exit code (0 done, 1 refused or failed)
+// and says what happened, and what to run, through `say`.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend.h"
+#include "boot.h"
+#include "plan.h"
+
+namespace fy::machine {
+
+struct Settings {
+  std::string name;
+  Resources res;
+  std::string repo;
+  std::string wt_root;
+  Selection sel;
+  BootSpec boot;
+  std::string state_dir;  // fy-machine's own files for this VM (the pinned host key)
+};
+
+// A readiness condition beyond GET /_ping (ADR-0025's runtime probe of the
+// socket filter is one). `ensure` is done only when every check passes.
+class ReadinessCheck {
+ public:
+  virtual ~ReadinessCheck() = default;
+  virtual std::string name() const = 0;
+  virtual Probe check(Backend& b, const std::string& vm, const std::string& ssh_config,
+                      const std::string& alias) = 0;
+};
+
+// Under the gVisor posture: `podman info` through the filtered socket in the
+// guest, over the pinned ssh target, must name the runsc-fy runtime (10 x 1 s).
+std::unique_ptr<ReadinessCheck> make_gvisor_probe();
+
+class Machine {
+ public:
+  Machine(Settings s, std::unique_ptr<Backend> b, Say say)
+      : s_(std::move(s)), b_(std::move(b)), say_(std::move(say)) {}
+  void add_check(std::unique_ptr<ReadinessCheck> c) { checks_.push_back(std::move(c)); }
+
+  int ensure();
+  int status();
+  int stop();
+  int rm();
+  int socket();
+  int ssh_target(bool json);
+
+  Backend& backend() { return *b_; }
+
+ private:
+  bool cli_ok();
+  bool poll_ready(int tries, std::chrono::milliseconds every, Probe* last);
+  bool check_guest();
+  // Writes the pinned ssh config; false (having said why) on a changed key.
+  bool pin_host_key(int tries, std::string* config, std::string* alias, SshConfig* target);
+
+  Settings s_;
+  std::unique_ptr<Backend> b_;
+  Say say_;
+  std::vector<std::unique_ptr<ReadinessCheck>> checks_;
+};
+
+}  // namespace fy::machine

@@ -1,0 +1,52 @@
+// fy-machine's thin I/O layer: running a tool with a deadline, probing a
+// libpod socket, small file helpers. Decisions live in plan.h / machine.h.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace fy::machine {
+
+struct RunResult {
+  int rc = 0;  // the exit status; 127 when the program is missing, 124 on timeout
+  std::string out;
+  std::string err;
+};
+
+// Runs argv (argv[0] looked up on PATH) with stdin from /dev/null, collecting
+// stdout and stderr, killing the process group at the deadline. Never throws.
+RunResult run(const std::vector<std::string>& argv, std::chrono::milliseconds timeout);
+
+// argv[0] found on PATH (or an existing executable path).
+bool on_path(const std::string& program);
+
+// The readiness of a libpod socket, with the reason when it is not ready.
+struct Probe {
+  bool ready = false;
+  std::string reason;  // "" when ready: what failed, for the operator
+};
+// AF_UNIX connect to `path` (a unix:// URI or a plain path) within `timeout`,
+// then `GET /_ping`, answered 200 with the body "OK" within the same
+// deadline. A missing file, a dead socket file (nobody listening), a listener
+// that accepts and never answers, and any other answer are not ready.
+Probe ping_socket(const std::string& path, std::chrono::milliseconds timeout);
+
+std::optional<std::string> read_file(const std::string& path);
+// Writes via a temp file and rename, with `mode`.
+bool write_file(const std::string& path, const std::string& data, mode_t mode = 0644);
+bool mkdirs(const std::string& path, mode_t mode = 0755);
+bool pid_alive(pid_t pid);
+// The pid in a lima-style pid file, if it names a live process.
+std::optional<pid_t> live_pid_file(const std::string& path);
+std::optional<std::string> env(const char* name);
+
+// Scales every wait fy-machine makes (FY_MACHINE_TIME_SCALE, default 1; the
+// tests run the real waits at a fraction of their length).
+std::chrono::milliseconds scaled(std::chrono::milliseconds d);
+void sleep_for(std::chrono::milliseconds d);
+
+}  // namespace fy::machine

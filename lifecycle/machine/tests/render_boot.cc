@@ -1,0 +1,35 @@
+// Prints the rendered boot script (stdout) and its id (stderr) for the given
+// port base and posture, from the source tree's unit files: the shellcheck
+// test's input.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "boot.h"
+#include "sys.h"
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: fy-machine-render-boot <assets dir> <port base> [gvisor]\n");
+    return 2;
+  }
+  std::string dir = argv[1];
+  fy::machine::BootSpec s;
+  s.port_base = std::atoll(argv[2]);
+  s.gvisor = argc > 3 && std::string(argv[3]) == "gvisor";
+  auto w = fy::machine::read_file(dir + "/wall/dist/fy-wall.service");
+  auto g = fy::machine::read_file(dir + "/wall/dist/fy-forwarder-guard.service");
+  auto f = fy::machine::read_file(dir + "/forwarder/exe/fy-forwarder.service");
+  if (!w || !g || !f) {
+    std::fprintf(stderr, "missing unit files under %s\n", dir.c_str());
+    return 1;
+  }
+  s.wall_unit = *w;
+  s.guard_unit = *g;
+  s.forwarder_unit = *f;
+  s.forwarder_key = std::string(64, 'a');
+  auto r = fy::machine::render_boot(s);
+  std::fputs(r.script.c_str(), stdout);
+  std::fprintf(stderr, "%s\n", r.id.c_str());
+  return 0;
+}

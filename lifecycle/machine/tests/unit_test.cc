@@ -1,0 +1,181 @@
+// fy-machine's pure decisions (plan.h, boot.h) as units.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include "boot.h"
+#include "plan.h"
+
+using namespace fy::machine;
+
+TEST_CASE("the MiB rule: whole MiB verbatim, 8192 when not a whole number, never GiB") {
+  CHECK(memory_mib("4000") == 4000);
+  CHECK(memory_mib("8192") == 8192);
+  CHECK(memory_mib(" 3072 ") == 3072);
+  CHECK(memory_mib("3.91") == 8192);
+  CHECK(memory_mib("3.91GiB") == 8192);
+  CHECK(memory_mib("4GiB") == 8192);
+  CHECK(memory_mib("") == 8192);
+  CHECK(memory_mib("-5") == 8192);
+  Resources r{2, "4001", 30};
+  std::string e = lima_set_expr(r, {}, std::nullopt);
+  CHECK(e.find(".memory = \"4001MiB\"") != std::string::npos);
+  CHECK(e.find("GiB\" | .mounts") != std::string::npos);  // disk only is in GiB
+  CHECK(e.find("3.9") == std::string::npos);
+}
+
+TEST_CASE("the --set expression pins sizing, replaces the mounts, vmType only when resolved") {
+  Resources r{6, "12288", 80};
+  auto m = isolation_mounts("/src/app", "/src/app.worktrees");
+  CHECK(lima_set_expr(r, m, std::nullopt) ==
+        ".cpus = 6 | .memory = \"12288MiB\" | .disk = \"80GiB\" | .mounts = ["
+        "{\"location\": \"/src/app\", \"mountPoint\": \"/src/app\", \"writable\": true}, "
+        "{\"location\": \"/src/app.worktrees\", \"mountPoint\": \"/src/app.worktrees\", "
+        "\"writable\": true}]");
+  CHECK(lima_set_expr(r, m, std::string("vz")).ends_with("] | .vmType = \"vz\""));
+  auto argv = lima_create_argv("limactl", "app", "X");
+  CHECK(argv == std::vector<std::string>{"limactl", "create", "--tty=false", "--name", "app",
+                                         "template://podman", "--set", "X"});
+  // A path with a quote stays one JSON string.
+  CHECK(lima_set_expr(r, isolation_mounts("/a\"b", "/c"), std::nullopt).find("\"/a\\\"b\"") !=
+        std::string::npos);
+}
+
+TEST_CASE("vmType: configured verbatim, else vz then qemu from limactl info, never krunkit") {
+  CHECK(resolve_vm_type(std::string("krunkit"), "") == "krunkit");
+  CHECK(resolve_vm_type(std::nullopt, R"({"vmTypes":["qemu","vz","krunkit"]})") == "vz");
+  CHECK(resolve_vm_type(std::nullopt, R"({"vmTypes":["krunkit","qemu"]})") == "qemu");
+  CHECK(!resolve_vm_type(std::nullopt, R"({"vmTypes":["krunkit"]})"));
+  CHECK(!resolve_vm_type(std::nullopt, "not json"));
+  CHECK(!resolve_vm_type(std::string(""), R"({"vmTypes":[]})"));
+}
+
+TEST_CASE("selection: env, then config, then lima; native retired; unknown names warned") {
+  auto s = select_backend(std::nullopt, std::nullopt);
+  CHECK(s.name == "lima");
+  CHECK(!s.explicit_);
+  CHECK(s.warnings.empty());
+  s = select_backend(std::string("PODMAN"), std::string("lima"));
+  CHECK(s.name == "podman");
+  CHECK(s.from == "MACHINE_BACKEND");
+  s = select_backend(std::string(""), std::string("Lima"));
+  CHECK(s.name == "lima");
+  CHECK(s.explicit_);
+  s = select_backend(std::nullopt, std::string("native"));
+  CHECK(s.name == "podman");
+  REQUIRE(s.warnings.size() == 1);
+  CHECK(s.warnings[0].find("RETIRED (ADR-0027)") != std::string::npos);
+  s = select_backend(std::nullopt, std::string("vmware"));
+  CHECK(s.name == "podman");
+  REQUIRE(s.warnings.size() == 1);
+  CHECK(s.warnings[0].starts_with("⚠ unknown [machine].backend 'vmware' — falling back to podman"));
+}
+
+TEST_CASE("missing CLI: explicit names vs the inherited default, which never offers a VM-less way") {
+  auto d = missing_cli_message(select_backend(std::nullopt, std::nullopt));
+  CHECK(d.starts_with("✗ `limactl` isn't installed, and 'lima' is foldyard's DEFAULT"));
+  CHECK(d.find("backend = \"podman\"") != std::string::npos);
+  CHECK(d.find("native") == std::string::npos);
+  auto x = missing_cli_message(select_backend(std::nullopt, std::string("podman")));
+  CHECK(x.starts_with("✗ [machine].backend = 'podman' but 'podman' isn't installed."));
+  CHECK(x.find("or name a different [machine].backend") != std::string::npos);
+}
+
+TEST_CASE("limactl list --json, lima.yaml provision id and mounts") {
+  auto l = parse_lima_list(
+      "{\"name\":\"a\",\"status\":\"Running\",\"dir\":\"/h/.lima/a\",\"sshLocalPort\":60022}\n"
+      "garbage\n{\"status\":\"x\"}\n{\"name\":\"b\",\"status\":\"Broken\"}\n");
+  REQUIRE(l.size() == 2);
+  CHECK(l[0].dir == "/h/.lima/a");
+  CHECK(l[0].ssh_port == 60022);
+  CHECK(l[1].status == "Broken");
+  std::string yaml =
+      "provision:\n- mode: system\n  script: |\n    #!/bin/bash\n    # fy-monitor 1111\n"
+      "- mode: system\n  script: |\n    #!/bin/bash\n    # fy-provision 0123456789abcdef\n"
+      "mounts:\n- location: \"/src/app\"\n  mountPoint: /src/app\n";
+  CHECK(parse_provision_id(yaml, kProvisionMarker) == "0123456789abcdef");
+  CHECK(parse_provision_id("x: 1\n", kProvisionMarker) == "");
+  CHECK(parse_lima_mounts(yaml) == std::vector<std::string>{"/src/app", "/src/app"});
+  auto e = provision_set_expr("#!/bin/bash\n# fy-provision x\necho 'é'\n", kProvisionMarker);
+  CHECK(e.starts_with(".provision = ([ (.provision // [])[] | select((.script // \"\") | "
+                      "test(\"# fy-provision \") | not) ] + [{\"mode\": \"system\", \"script\": "
+                      "\"#!/bin/bash\\n# fy-provision x\\necho 'é'\\n\"}])"));
+}
+
+TEST_CASE("ssh.config, host keys and the pin verdict") {
+  auto c = parse_ssh_config(
+      "# lima\nHost lima-app\n  IdentityFile \"/h/.lima/_config/user\"\n  StrictHostKeyChecking no\n"
+      "  User alice\n  Hostname 127.0.0.1\n  Port 60022\nHost other\n  Port 1\n");
+  REQUIRE(c);
+  CHECK(c->host == "lima-app");
+  CHECK(c->port == 60022);
+  CHECK(c->user == "alice");
+  CHECK(c->identity == "/h/.lima/_config/user");
+  CHECK(!parse_ssh_config("Host x\n  User a\n"));
+  auto k = parse_host_keys("# 127.0.0.1:22 SSH-2.0\n[127.0.0.1]:2222 ssh-ed25519 AAAAC3Nza=\n"
+                           "[127.0.0.1]:2222 ssh-ed25519 AAAAC3Nza=\nbad line\nh x-type AAAA\n");
+  REQUIRE(k.size() == 1);
+  CHECK(judge_host_keys({}, k) == PinVerdict::first_contact);
+  CHECK(judge_host_keys(k, k) == PinVerdict::match);
+  CHECK(judge_host_keys(k, {{"ssh-ed25519", "BBBB"}}) == PinVerdict::changed);
+  CHECK(judge_host_keys(k, {}) == PinVerdict::no_keys);
+  auto cfg = render_pinned_ssh_config("fy-app", *c, "/s/known_hosts");
+  CHECK(cfg.find("StrictHostKeyChecking yes") != std::string::npos);
+  CHECK(cfg.find("UserKnownHostsFile \"/s/known_hosts\"") != std::string::npos);
+  CHECK(cfg.find("HostKeyAlias fy-app") != std::string::npos);
+  CHECK(ssh_target_json("/s/ssh.config", "fy-app", *c, "/s/known_hosts")
+            .starts_with("{\"config\": \"/s/ssh.config\", \"host\": \"fy-app\", \"user\": \"alice\", "
+                         "\"known_hosts\": \"/s/known_hosts\""));
+}
+
+TEST_CASE("podman machine: init argv, list, mounts, the one-VM refusal") {
+  Resources r{2, "3.5GiB", 40};
+  CHECK(podman_init_argv("podman", "app", r, isolation_mounts("/r", "/w")) ==
+        std::vector<std::string>{"podman", "machine", "init", "app", "--cpus", "2", "--memory",
+                                 "8192", "--disk-size", "40", "--volume", "/r:/r", "--volume",
+                                 "/w:/w"});
+  auto l = parse_podman_list("podman-machine-default*|true\napp|false\n\n");
+  REQUIRE(l.size() == 2);
+  CHECK(l[0].name == "podman-machine-default");
+  CHECK(l[0].running);
+  CHECK(parse_podman_mounts(R"({"Mounts":[{"Source":"/r","Target":"/r"}]})") ==
+        std::vector<std::string>{"/r"});
+  CHECK(one_vm_refusal("other").starts_with("✗ podman machine 'other' is already running, and macOS runs only ONE"));
+  CHECK(valid_machine_name("app-1.x_y"));
+  CHECK(!valid_machine_name("-app"));
+  CHECK(!valid_machine_name("a b"));
+  CHECK(!valid_machine_name("a/b"));
+}
+
+namespace {
+BootSpec spec(int64_t base) {
+  BootSpec s;
+  s.port_base = base;
+  s.wall_unit = "[Unit]\nDescription=wall\n";
+  s.guard_unit = "[Unit]\nDescription=guard\n";
+  s.forwarder_unit = "[Unit]\nDescription=fwd\n";
+  s.forwarder_key = std::string(64, 'a');
+  return s;
+}
+}  // namespace
+
+TEST_CASE("the boot script: marker on line 2, id = sha256 prefix, changes with the band alone") {
+  auto a = render_boot(spec(41000));
+  CHECK(a.id.size() == 16);
+  CHECK(a.script.starts_with("#!/bin/bash\n# fy-provision " + a.id + "\n"));
+  CHECK(render_boot(spec(41000)).id == a.id);  // deterministic
+  CHECK(render_boot(spec(41200)).id != a.id);  // the band changes it
+  CHECK(boot_want(spec(41000)) == "wall on 41000-41089, 41100-41189");
+  std::string bad;
+  CHECK(uses_only_lima_fields(a.script, &bad));
+  auto g = spec(41000);
+  g.gvisor = true;
+  auto gr = render_boot(g);
+  CHECK(gr.script.find("podman-runsc-filter.service") != std::string::npos);
+  CHECK(a.script.find("podman-runsc-filter.service") == std::string::npos);
+  CHECK(uses_only_lima_fields(gr.script, &bad));
+  CHECK(!uses_only_lima_fields("echo {{.Dir}}", &bad));
+  CHECK(bad == "{{.Dir}}");
+  // The state file is the last thing written.
+  CHECK(a.script.rfind("mv /run/fy-wall/state.tmp /run/fy-wall/state") >
+        a.script.rfind("systemctl reload-or-restart"));
+}
