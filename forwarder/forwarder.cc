@@ -16,6 +16,7 @@
 #include "core/clock.h"
 #include "core/json.h"
 #include "core/log.h"
+#include "core/paths.h"
 #include "core/net.h"
 #include "forwarder/redirect.h"
 
@@ -38,13 +39,20 @@ std::string dirname_of(const std::string& p) {
   return p.substr(0, slash);
 }
 
-void mkdir_p(const std::string& dir) {
-  for (size_t i = 1; i <= dir.size(); ++i) {
-    if (i == dir.size() || dir[i] == '/') {
-      std::string part = dir.substr(0, i);
-      ::mkdir(part.c_str(), 0755);
-    }
+// Makes `dir` (and its parents) when missing, saying once at info what it
+// made; an error names the path, the reason and the setting that picks
+// another place.
+Result<void> ensure_dir(const std::string& dir, const char* what, const char* setting) {
+  auto made = make_dirs(dir, 0755);
+  if (!made)
+    return Error{Errc::io, fmt::format("{} (the {}); pick another with {} in the config file",
+                                       made.error().message, what, setting)};
+  if (!made->empty()) {
+    std::string list;
+    for (const std::string& d : *made) list += (list.empty() ? "" : ", ") + d;
+    log::info("made the {} {} (it did not exist): {}", what, dir, list);
   }
+  return {};
 }
 
 }  // namespace
@@ -157,7 +165,7 @@ void Forwarder::check_previous_instance() {
 
 Result<void> Forwarder::start(uv_loop_t* loop) {
   loop_ = loop;
-  mkdir_p(cfg_.state_dir);
+  FY_TRY(ensure_dir(cfg_.state_dir, "state directory", "state_dir = \"DIR\""));
   std::string pid_path = cfg_.state_dir + "/pid";
   // One forwarder per state_dir: an flock held for the process's life (the
   // kernel drops it however the process ends, so a reused pid never counts).
@@ -618,7 +626,8 @@ std::string Forwarder::ready_line() {
 }
 
 Result<void> Forwarder::start_control() {
-  mkdir_p(dirname_of(cfg_.control_socket));
+  FY_TRY(ensure_dir(dirname_of(cfg_.control_socket), "control socket's directory",
+                    "control_socket = \"PATH\""));
   ::unlink(cfg_.control_socket.c_str());
   uv_pipe_init(loop_, &control_, 0);
   control_.data = this;

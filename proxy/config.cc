@@ -9,6 +9,7 @@
 
 #include "core/config.h"
 #include "core/net.h"
+#include "core/paths.h"
 #include "core/text.h"
 
 namespace fy::proxy {
@@ -20,7 +21,10 @@ usage: fy-proxy [options]
 
   --listen ADDR:PORT        where clients connect (default 127.0.0.1:8088; port 0 picks one)
   --admin ADDR:PORT|off     health and metrics endpoint (default 127.0.0.1:0)
-  --state-dir DIR           CA, default policy and logs (default $XDG_STATE_HOME/foldyard/egress)
+  --state-dir DIR           CA, default policy and logs (default $XDG_STATE_HOME/foldyard/egress,
+                            else ~/.local/state/foldyard/egress; made, 0700, when missing)
+  --print-state-dir         print the state directory the other flags and the environment
+                            name, and exit (scripts/serve prints what fy-proxy will use)
   --policy FILE             the live policy (default <state>/policy.toml, created in learn
                             mode on first start; an explicit file that is missing fails closed)
   --netlog FILE             the Network Log (default <state>/logs/egress.jsonl)
@@ -39,7 +43,9 @@ usage: fy-proxy [options]
                             lowered to what the open-file limit holds)
   --max-head-bytes N        request head limit, 431 beyond (default 65536)
   --max-headers N           header count limit, 431 beyond (default 100)
-  --head-timeout S          a started request head must arrive within S (408; default 10)
+  --head-timeout S          a started request head must arrive within S (408; default 10);
+                            also bounds a connection's first head, a CONNECT's ClientHello,
+                            the client's TLS handshake and a blind tunnel's first bytes
   --idle-timeout S          keep-alive wait for the next request (default 60)
   --connect-timeout S       upstream connect and TLS (504; default 10)
   --io-timeout S            silence during an exchange (504; default 300)
@@ -59,12 +65,6 @@ Reference: docs/fy-proxy.md
 }
 
 namespace {
-
-std::string default_state_dir() {
-  if (const char* x = getenv("XDG_STATE_HOME"); x && *x) return std::string(x) + "/foldyard/egress";
-  if (const char* h = getenv("HOME"); h && *h) return std::string(h) + "/.local/state/foldyard/egress";
-  return "/var/lib/foldyard/egress";
-}
 
 Result<uint64_t> parse_seconds(std::string_view flag, std::string_view v) {
   auto n = parse_u64(v);
@@ -274,10 +274,15 @@ ConnectionBudget connection_budget(uint64_t nofile, uint32_t configured) {
 
 Result<Config> parse_args(int argc, char** argv) {
   Config c;
+  bool print_state_dir = false;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") return Error{Errc::closed, usage()};
     if (arg == "--version") return Error{Errc::closed, "fy-proxy 0.1.0\n"};
+    if (arg == "--print-state-dir") {
+      print_state_dir = true;
+      continue;
+    }
     if (arg.rfind("--", 0) != 0)
       return make_error(Errc::invalid_argument, "unexpected argument '{}': see fy-proxy --help",
                         arg);
@@ -297,9 +302,10 @@ Result<Config> parse_args(int argc, char** argv) {
     }
     FY_TRY(apply(c, key, value, "--" + key));
   }
-  if (c.state_dir.empty()) c.state_dir = default_state_dir();
+  if (c.state_dir.empty()) c.state_dir = default_proxy_state_dir();
   if (c.policy_file.empty()) c.policy_file = c.state_dir + "/policy.toml";
   if (c.netlog_file.empty()) c.netlog_file = c.state_dir + "/logs/egress.jsonl";
+  if (print_state_dir) return Error{Errc::closed, c.state_dir + "\n"};
   return c;
 }
 

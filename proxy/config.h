@@ -17,12 +17,13 @@ struct Limits {
   size_t max_head_bytes = 64 * 1024;
   size_t max_headers = 100;
   uint32_t max_connections = 16384;
-  uint64_t head_timeout_ms = 10'000;            // a started head must complete (408)
+  uint64_t head_timeout_ms = 10'000;            // a started head must complete (408); also
+                                                // a CONNECT's TLS setup, a blind tunnel's
+                                                // first byte (server/deadline.h)
   uint64_t idle_timeout_ms = 60'000;            // keep-alive wait for the next request
   uint64_t connect_timeout_ms = 10'000;         // upstream connect (+ TLS) (504)
   uint64_t io_timeout_ms = 300'000;             // no byte either way during an exchange (504)
   uint64_t tunnel_idle_timeout_ms = 3'600'000;  // no byte either way in a tunnel
-  uint64_t tls_handshake_timeout_ms = 10'000;
   uint64_t drain_timeout_ms = 10'000;   // SIGTERM: how long open work may finish
   uint64_t minter_timeout_ms = 30'000;  // a minter that has not answered is killed
 };

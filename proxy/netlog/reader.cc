@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/clock.h"
+#include "core/paths.h"
 #include "core/text.h"
 
 namespace fy::netlog {
@@ -205,19 +206,8 @@ Result<Row> parse_row(std::string_view line) {
 // ---- Files ------------------------------------------------------------------
 
 std::string default_log_path() {
-  std::string state;
-  const char* xdg = std::getenv("XDG_STATE_HOME");
-  if (xdg && xdg[0] == '/') {
-    state = xdg;
-  } else {
-    const char* home = std::getenv("HOME");
-    std::string h = home && home[0] ? home : "";
-    if (h.empty()) {
-      if (const passwd* pw = ::getpwuid(::getuid())) h = pw->pw_dir ? pw->pw_dir : "";
-    }
-    state = (h.empty() ? std::string(".") : h) + "/.local/state";
-  }
-  return state + "/foldyard/egress/logs/egress.jsonl";
+  // The same rule as fy-proxy's default --state-dir (core/paths.h).
+  return default_proxy_state_dir() + "/logs/egress.jsonl";
 }
 
 std::string resolve_log_path(const std::string& arg) {

@@ -31,9 +31,6 @@ struct DnsQuery {
 namespace {
 
 constexpr size_t kMaxStash = 64 * 1024;
-constexpr uint64_t kLingerMs = 2000;
-constexpr uint64_t kOpaqueSilenceMs = 1000;
-constexpr uint64_t kAttemptMs = 2000;  // per address, when more remain
 
 constexpr const char* kRefusalBody =
     "refused by the foldyard allowlist - grant it on your computer: `fy allow add {}`\n";
@@ -75,6 +72,7 @@ bool split_absolute(std::string_view target, std::string_view* scheme,
 }
 
 log::RateLimit g_upstream_log(20, 10'000);
+log::RateLimit g_setup_timeout_log(20, 10'000);
 
 }  // namespace
 
@@ -235,6 +233,7 @@ void Connection::on_ready(Stream& s) {
   dial_start_ms_ = 0;
   touch();  // an exchange's silence clock starts at the connect
   if (origin_tls_) ++srv_.metrics().tls_origin_handshakes;
+  if (mode_ == Mode::tunnel) origin_ready_ms_ = uv_now(srv_.loop());
   if (mode_ == Mode::tunnel && !hello_.empty()) {
     origin_->write(hello_);
     hello_.clear();
@@ -812,7 +811,7 @@ void Connection::handle_connect() {
   client_.write("HTTP/1.1 200 Connection established\r\n\r\n");
   ex_.active = false;  // the tunnel's own row (or its requests' rows) follow
   mode_ = Mode::hello;
-  mode_start_ms_ = uv_now(srv_.loop());
+  mode_start_ms_ = setup_start_ms_ = uv_now(srv_.loop());
   arm_timer();
   // Bytes already read past the CONNECT head are the start of the tunnel.
 }
@@ -1683,180 +1682,169 @@ void Connection::finish_tunnel_if_done() {
 
 void Connection::touch() { last_io_ms_ = uv_now(srv_.loop()); }
 
-bool Connection::silence_clock_runs() const {
-  // Not while a credential is awaited (the first, or a re-mint after a 401):
-  // the store answers within the minter timeout, and the clock starts again
-  // when it does (touch()). Not while dialling: the connect timeout bounds
-  // that, and the clock starts at the connect.
-  return !cred_ticket_ && !dial_start_ms_;
+ConnTimes Connection::times() const {
+  ConnTimes t;
+  t.mode = mode_;
+  t.deferred = !deferred_failure_.empty() || replay_pending_;
+  t.exchange = ex_.active;
+  t.waiting_credential = cred_ticket_ != 0;
+  t.dial_start = dial_start_ms_;
+  if (dial_start_ms_ && attempt_start_ms_ && origin_ && !origin_->connected() &&
+      next_addr_ < addrs_.size())
+    t.attempt_start = attempt_start_ms_;
+  t.head_start = head_start_ms_;
+  t.last_io = last_io_ms_;
+  t.mode_start = mode_start_ms_;
+  t.setup_start = setup_start_ms_;
+  t.connect_port = connect_dest_.port;
+  t.blind_waiting = mode_ == Mode::tunnel && tunnel_ != TunnelKind::upgrade && tunnel_down_ == 0;
+  t.origin_ready = origin_ready_ms_;
+  return t;
 }
 
 void Connection::arm_timer() {
   if (closing_) return;
-  // Work deferred to the next loop turn (a dial that failed at once, the
-  // next pipelined request) runs first.
-  if (!deferred_failure_.empty() || replay_pending_) {
-    uv_timer_start(&timer_, on_timer, 0, 0);
-    return;
-  }
-  const Limits& lim = srv_.config().limits;
-  uint64_t now = uv_now(srv_.loop());
-  uint64_t deadline = 0;
-  auto consider = [&](uint64_t d) {
-    if (deadline == 0 || d < deadline) deadline = d;
-  };
-  if (dial_start_ms_ && attempt_start_ms_ && origin_ && !origin_->connected() &&
-      next_addr_ < addrs_.size())
-    consider(attempt_start_ms_ + kAttemptMs);
-  switch (mode_) {
-    case Mode::http:
-      if (dial_start_ms_) consider(dial_start_ms_ + lim.connect_timeout_ms);
-      if (ex_.active && !silence_clock_runs()) {
-        // Waiting for a credential or a connect (silence_clock_runs()).
-      } else if (ex_.active) {
-        consider(last_io_ms_ + lim.io_timeout_ms);
-      } else if (head_start_ms_) {
-        consider(head_start_ms_ + lim.head_timeout_ms);
-      } else {
-        consider(last_io_ms_ + lim.idle_timeout_ms);
-      }
-      break;
-    case Mode::hello:
-      consider(mode_start_ms_ + (connect_dest_.port == 443 ? lim.head_timeout_ms
-                                                            : kOpaqueSilenceMs));
-      break;
-    case Mode::handshake: consider(mode_start_ms_ + lim.tls_handshake_timeout_ms); break;
-    case Mode::tunnel:
-      if (dial_start_ms_) consider(dial_start_ms_ + lim.connect_timeout_ms);
-      consider(last_io_ms_ + lim.tunnel_idle_timeout_ms);
-      break;
-    case Mode::lingering: consider(mode_start_ms_ + kLingerMs); break;
-  }
-  if (deadline == 0) {
-    // Nothing is due (a credential wait, its minter bounded by the store).
+  Deadline d = next_deadline(times(), srv_.config().limits);
+  if (d.phase == Phase::none) {
+    // A credential wait: the store answers within --minter-timeout.
     uv_timer_stop(&timer_);
     return;
   }
-  uint64_t delay = deadline > now ? deadline - now : 1;
+  uint64_t now = uv_now(srv_.loop());
+  uint64_t delay = d.phase == Phase::deferred ? 0 : d.at_ms > now ? d.at_ms - now : 1;
   uv_timer_start(&timer_, on_timer, delay, 0);
 }
 
 void Connection::on_timer(uv_timer_t* t) { static_cast<Connection*>(t->data)->handle_timer(); }
 
+void Connection::setup_timed_out(Phase phase) {
+  const Limits& lim = srv_.config().limits;
+  uint64_t secs = lim.head_timeout_ms / 1000;
+  std::string what;
+  switch (phase) {
+    case Phase::hello:
+      what = hello_.empty()
+                 ? fmt::format("the client sent nothing within {} s of the CONNECT's 200", secs)
+                 : fmt::format("the client's TLS ClientHello was incomplete {} s after the "
+                               "CONNECT's 200 ({} bytes)",
+                               secs, hello_.size());
+      break;
+    case Phase::handshake:
+      ++srv_.metrics().tls_client_handshake_failures;
+      what = fmt::format("the client's TLS handshake did not complete within {} s of the "
+                         "CONNECT's 200",
+                         secs);
+      break;
+    case Phase::first_bytes:
+      what = tunnel_up_ == 0
+                 ? fmt::format("the tunnel carried no byte either way within {} s of its "
+                               "origin's connect",
+                               secs)
+                 : fmt::format("the tunnel's origin sent no byte within {} s of its connect",
+                               secs);
+      break;
+    default: return;
+  }
+  uint64_t suppressed = 0;
+  if (g_setup_timeout_log.allow(mono_ms(), &suppressed))
+    log::info("c{} CONNECT {}: timed out ({}): {}; closing{}", id_, connect_dest_.authority(),
+              phase_name(phase), what,
+              suppressed ? fmt::format(" ({} similar lines suppressed)", suppressed) : "");
+  std::string error = "timeout: " + what;
+  if (mode_ == Mode::tunnel) {
+    origin_last_error_ = error;  // close() writes the tunnel's row with it
+  } else {
+    begin_row("CONNECT");
+    ex_.row.host = connect_dest_.key(443);
+    ex_.row.error = error;
+    write_exchange_row();
+  }
+  close(std::string("timed out: ") + phase_name(phase));
+}
+
 void Connection::handle_timer() {
   if (closing_) return;
   const Limits& lim = srv_.config().limits;
   uint64_t now = uv_now(srv_.loop());
-  if (!deferred_failure_.empty()) {
-    std::string detail;
-    detail.swap(deferred_failure_);
-    origin_failed(deferred_failure_kind_, detail);
-    if (!closing_) arm_timer();
+  Deadline d = next_deadline(times(), lim);
+  if (d.phase == Phase::none) return;
+  if (now < d.at_ms) {
+    arm_timer();  // fired early (or for a deadline that moved): not due yet
     return;
   }
-  if (replay_pending_) {
-    replay_pending_ = false;
-    if (client_.above_high()) {
-      replay_blocked_ = true;  // on_drain(client) replays when it has room
-    } else if (mode_ == Mode::http && req_ == Req::head) {
-      replay_stash();
-      if (!closing_ && client_eof_ && !ex_.active && req_ == Req::head && stash_.empty() &&
-          !replay_pending_) {
-        close("client closed");  // what it sent is answered
-        return;
+  switch (d.phase) {
+    case Phase::connect:
+    case Phase::exchange:
+    case Phase::head:
+    case Phase::idle:
+    case Phase::hello:
+    case Phase::handshake:
+    case Phase::first_bytes:
+    case Phase::tunnel_idle: ++srv_.metrics().timeouts[static_cast<int>(d.phase)]; break;
+    default: break;
+  }
+  switch (d.phase) {
+    case Phase::none: return;
+    case Phase::deferred:
+      if (!deferred_failure_.empty()) {
+        std::string detail;
+        detail.swap(deferred_failure_);
+        origin_failed(deferred_failure_kind_, detail);
+        break;
       }
-    }
-    if (!closing_) arm_timer();
-    return;
-  }
-  if (dial_start_ms_ && attempt_start_ms_ && origin_ && !origin_->connected() &&
-      next_addr_ < addrs_.size() && now >= attempt_start_ms_ + kAttemptMs) {
-    // This address does not answer: try the next one while time remains.
-    origin_last_error_ = "no answer within 2 s";
-    retire_origin_keep_addrs();
-    connect_next();
-    arm_timer();
-    return;
-  }
-  switch (mode_) {
-    case Mode::http:
-      if (dial_start_ms_ && now >= dial_start_ms_ + lim.connect_timeout_ms) {
-        origin_failed(Errc::timeout,
-                      fmt::format("connecting to {} took longer than {} s",
-                                  origin_dest_.authority(), lim.connect_timeout_ms / 1000));
-        return;
-      }
-      if (ex_.active && !silence_clock_runs()) {
-        // Not the exchange's silence: the timer ran for another deadline,
-        // e.g. the connect timeout.
-      } else if (ex_.active) {
-        if (now >= last_io_ms_ + lim.io_timeout_ms) {
-          if (!ex_.response_started) {
-            origin_failed(Errc::timeout, fmt::format("no response within {} s",
-                                                     lim.io_timeout_ms / 1000));
-          } else {
-            ex_.row.error = "timeout: the response stalled";
-            write_exchange_row();
-            close("exchange stalled");
-          }
+      replay_pending_ = false;
+      if (client_.above_high()) {
+        replay_blocked_ = true;  // on_drain(client) replays when it has room
+      } else if (mode_ == Mode::http && req_ == Req::head) {
+        replay_stash();
+        if (!closing_ && client_eof_ && !ex_.active && req_ == Req::head && stash_.empty() &&
+            !replay_pending_) {
+          close("client closed");  // what it sent is answered
           return;
         }
-      } else if (head_start_ms_) {
-        if (now >= head_start_ms_ + lim.head_timeout_ms) {
-          ++srv_.metrics().head_timeouts;
-          begin_row("");
-          bind_first_head(std::string_view(), nullptr);
-          ex_.row.error = "client: the request head did not arrive in time";
-          answer(408,
-                 fmt::format("foldyard's proxy closed this connection: the request head did "
-                             "not arrive within {} s\n",
-                             lim.head_timeout_ms / 1000),
-                 true);
-          return;
-        }
-      } else if (now >= last_io_ms_ + lim.idle_timeout_ms) {
-        close("idle");
-        return;
       }
       break;
-    case Mode::hello:
-      if (now >= mode_start_ms_ + (connect_dest_.port == 443 ? lim.head_timeout_ms
-                                                              : kOpaqueSilenceMs)) {
-        if (connect_dest_.port == 443) {
-          close("no ClientHello");
-        } else {
-          start_tunnel(TunnelKind::opaque);  // a server-speaks-first protocol
-        }
-        return;
-      }
+    case Phase::next_address:
+      // This address does not answer: try the next one while time remains.
+      origin_last_error_ = "no answer within 2 s";
+      retire_origin_keep_addrs();
+      connect_next();
       break;
-    case Mode::handshake:
-      if (now >= mode_start_ms_ + lim.tls_handshake_timeout_ms) {
-        ++srv_.metrics().tls_client_handshake_failures;
-        close("TLS handshake with the client timed out");
-        return;
-      }
-      break;
-    case Mode::tunnel:
-      if (dial_start_ms_ && now >= dial_start_ms_ + lim.connect_timeout_ms) {
+    case Phase::connect:
+      origin_failed(Errc::timeout,
+                    fmt::format("connecting to {} took longer than {} s",
+                                origin_dest_.authority(), lim.connect_timeout_ms / 1000));
+      return;
+    case Phase::exchange:
+      if (!ex_.response_started) {
         origin_failed(Errc::timeout,
-                      fmt::format("connecting to {} took longer than {} s",
-                                  origin_dest_.authority(), lim.connect_timeout_ms / 1000));
-        return;
+                      fmt::format("no response within {} s", lim.io_timeout_ms / 1000));
+      } else {
+        ex_.row.error = "timeout: the response stalled";
+        write_exchange_row();
+        close("exchange stalled");
       }
-      if (now >= last_io_ms_ + lim.tunnel_idle_timeout_ms) {
-        close("tunnel idle");
-        return;
-      }
-      break;
-    case Mode::lingering:
-      if (now >= mode_start_ms_ + kLingerMs) {
-        close("answered");
-        return;
-      }
-      break;
+      return;
+    case Phase::head:
+      ++srv_.metrics().head_timeouts;
+      begin_row("");
+      bind_first_head(std::string_view(), nullptr);
+      ex_.row.error = "client: the request head did not arrive in time";
+      answer(408,
+             fmt::format("foldyard's proxy closed this connection: the request head did not "
+                         "arrive within {} s\n",
+                         lim.head_timeout_ms / 1000),
+             true);
+      return;
+    case Phase::idle: close("idle"); return;
+    case Phase::opaque_probe: start_tunnel(TunnelKind::opaque); return;  // server speaks first
+    case Phase::hello:
+    case Phase::handshake:
+    case Phase::first_bytes: setup_timed_out(d.phase); return;
+    case Phase::tunnel_idle: close("tunnel idle"); return;
+    case Phase::linger: close("answered"); return;
   }
-  arm_timer();
+  if (!closing_) arm_timer();
 }
 
 void Connection::rejudge(int64_t now_ms) {

@@ -31,6 +31,7 @@
 #include "proxy/io/stream.h"
 #include "proxy/netlog/row.h"
 #include "proxy/policy/pattern.h"
+#include "proxy/server/deadline.h"
 
 namespace fy::proxy {
 
@@ -109,7 +110,7 @@ class Connection final : public StreamHandler {
   Connection* next = nullptr;
 
  private:
-  enum class Mode : uint8_t { http, hello, handshake, tunnel, lingering };
+  using Mode = ConnMode;  // the states of the comment at the top (deadline.h's table)
   // wait: the head is parsed and judged, a credential is being minted; the
   // body (if any) waits in the stash until the head goes out.
   enum class Req : uint8_t { head, wait, body, done };
@@ -207,9 +208,13 @@ class Connection final : public StreamHandler {
   void linger();
   void finish_tunnel_if_done();
   void touch();
-  // The exchange's --io-timeout applies now (arm_timer and handle_timer agree).
-  bool silence_clock_runs() const;
+  // What deadline.h's table reads of this connection; arm_timer() and
+  // handle_timer() both ask next_deadline() with it, so they always agree.
+  ConnTimes times() const;
   void arm_timer();
+  // A setup phase (hello, handshake, first_bytes) ran out: counted, logged
+  // (rate-limited) and written as a row that says what did not arrive.
+  void setup_timed_out(Phase phase);
   static void on_timer(uv_timer_t* t);
   void handle_timer();
   static void on_timer_closed(uv_handle_t* h);
@@ -238,6 +243,8 @@ class Connection final : public StreamHandler {
   uint64_t last_io_ms_ = 0;
   uint64_t head_start_ms_ = 0;  // 0: no byte of the next head yet
   uint64_t mode_start_ms_ = 0;  // hello / handshake / lingering / tunnel start
+  uint64_t setup_start_ms_ = 0;  // a CONNECT's 200: hello and handshake count from it
+  uint64_t origin_ready_ms_ = 0;  // a blind tunnel's origin connected (first_bytes counts from it)
   uint64_t dial_start_ms_ = 0;  // 0: not dialling
 
   // Destination of a CONNECT (decrypted, cleartext or tunnelled inside it).

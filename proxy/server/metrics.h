@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "proxy/server/deadline.h"
+
 namespace fy::proxy {
 
 struct Metrics {
@@ -22,6 +24,8 @@ struct Metrics {
   uint64_t would_block = 0;         // observe/learn: would have been refused
   uint64_t bad_requests = 0;        // 400/431/501/505 answered by the proxy
   uint64_t head_timeouts = 0;       // 408
+  // Deadlines that ran out, by deadline.h's phase (fy_timeouts_total{phase}).
+  uint64_t timeouts[kPhaseCount] = {};
   uint64_t upstream_errors = 0;     // 502/504 or a failed tunnel
   uint64_t tunnels = 0;             // passthrough and opaque tunnels opened
   uint64_t upgrades = 0;            // 101 Switching Protocols relayed

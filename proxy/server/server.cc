@@ -13,6 +13,7 @@
 #include "core/clock.h"
 #include "core/crypto.h"
 #include "core/log.h"
+#include "core/paths.h"
 #include "core/loop.h"
 #include "proxy/server/admin.h"
 #include "proxy/server/connection.h"
@@ -85,7 +86,7 @@ std::pair<std::string, uint16_t> Server::resolve_target(const HostPort& dest) co
 }
 
 Result<void> Server::start() {
-  ::mkdir(config_.state_dir.c_str(), 0700);
+  FY_TRY(make_default_dirs());
   bool created = false;
   auto ca = tls::CertAuthority::load_or_create(config_.state_dir, config_.cert_cache, &created);
   if (!ca) return std::move(ca).take_error();
@@ -206,6 +207,35 @@ Result<void> Server::start() {
          ca_->cert_path().c_str(), config_.policy_file.c_str(), config_.netlog_file.c_str());
   fflush(stdout);
   log::info("{}", policy_->summary(wall_ms()));
+  return {};
+}
+
+Result<void> Server::make_default_dirs() {
+  // A fresh machine has no ~/.local/state: make the state directory (0700: it
+  // holds the CA key) and the Network Log's directory, with their parents.
+  // Existing directories are left as they are.
+  auto dir_of = [](const std::string& p) {
+    size_t slash = p.rfind('/');
+    return slash == std::string::npos ? std::string(".") : slash == 0 ? "/" : p.substr(0, slash);
+  };
+  struct Want {
+    std::string dir;
+    const char* what;
+    const char* flag;
+  };
+  Want wants[] = {{config_.state_dir, "state directory", "--state-dir DIR"},
+                  {dir_of(config_.netlog_file), "Network Log's directory", "--netlog FILE"}};
+  for (const Want& w : wants) {
+    auto made = make_dirs(w.dir, 0700);
+    if (!made)
+      return Error{Errc::io, fmt::format("{} (the {}); pick another with {}", made.error().message,
+                                         w.what, w.flag)};
+    if (!made->empty()) {
+      std::string list;
+      for (const std::string& d : *made) list += (list.empty() ? "" : ", ") + d;
+      log::info("made the {} {} (it did not exist): {}", w.what, w.dir, list);
+    }
+  }
   return {};
 }
 
@@ -603,6 +633,12 @@ std::string Server::render_metrics() const {
                  "fy_requests_total{{outcome=\"upstream_error\"}} {}\n",
                  m.responses_forwarded, m.refused_allowlist, m.refused_claim, m.bad_requests,
                  m.head_timeouts, m.upstream_errors);
+  out += "# HELP fy_timeouts_total Deadlines that ran out, by phase (docs/fy-proxy.md, "
+         "Deadlines).\n# TYPE fy_timeouts_total counter\n";
+  for (Phase p : {Phase::hello, Phase::handshake, Phase::first_bytes, Phase::head, Phase::idle,
+                  Phase::exchange, Phase::connect, Phase::tunnel_idle})
+    fmt::format_to(std::back_inserter(out), "fy_timeouts_total{{phase=\"{}\"}} {}\n",
+                   phase_name(p), m.timeouts[static_cast<int>(p)]);
   counter("fy_request_heads_total", "Request heads parsed, CONNECT included.", m.requests);
   counter("fy_would_block_total", "Requests the allowlist would refuse (observe/learn).",
           m.would_block);

@@ -124,6 +124,7 @@ class Server {
   static void on_policy_timer(uv_timer_t* h);
   static void on_drain_timer(uv_timer_t* h);
 
+  Result<void> make_default_dirs();
   Result<void> load_policy_initial();
   // Why `p` cannot be enforced with this proxy's flags ("" when it can):
   // attribution = "require" without --stamp-key.

@@ -1,5 +1,10 @@
 // Unit tests for libfycore.
 #include <doctest/doctest.h>
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
 
 #include <string>
 
@@ -8,6 +13,7 @@
 #include "core/crypto.h"
 #include "core/json.h"
 #include "core/net.h"
+#include "core/paths.h"
 #include "core/stamp.h"
 #include "core/text.h"
 #include "core/clock.h"
@@ -214,4 +220,42 @@ TEST_CASE("config: values, file:line errors and unknown keys") {
   auto bad = cfg::Doc::parse("a = [1,\n", "bad.toml");
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.error().message.rfind("bad.toml:", 0) == 0);
+}
+
+TEST_CASE("make_dirs makes what is missing, says what it made, and names what is in the way") {
+  char tmpl[] = "/tmp/fy-paths-test-XXXXXX";
+  REQUIRE(mkdtemp(tmpl) != nullptr);
+  std::string base = tmpl;
+  auto made = fy::make_dirs(base + "/a/b/c", 0700);
+  REQUIRE(made.ok());
+  CHECK(*made == std::vector<std::string>{base + "/a", base + "/a/b", base + "/a/b/c"});
+  struct stat st;
+  REQUIRE(stat((base + "/a/b/c").c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0700);
+  auto again = fy::make_dirs(base + "/a/b/c/", 0700);  // all there: nothing made
+  REQUIRE(again.ok());
+  CHECK(again->empty());
+  FILE* f = fopen((base + "/file").c_str(), "w");
+  REQUIRE(f != nullptr);
+  fclose(f);
+  auto blocked = fy::make_dirs(base + "/file/x", 0700);
+  REQUIRE(!blocked.ok());
+  CHECK(blocked.error().message ==
+        "cannot make the directory " + base + "/file/x: " + base + "/file exists and is not a directory");
+  CHECK(system(("rm -rf " + base).c_str()) == 0);
+}
+
+TEST_CASE("the state home: XDG_STATE_HOME only when absolute, else HOME") {
+  std::string saved_home = getenv("HOME") ? getenv("HOME") : "";
+  const char* xdg = getenv("XDG_STATE_HOME");
+  std::string saved_xdg = xdg ? xdg : "";
+  setenv("HOME", "/home/newcomer/", 1);
+  setenv("XDG_STATE_HOME", "relative", 1);
+  CHECK(fy::state_home() == "/home/newcomer/.local/state");
+  CHECK(fy::default_proxy_state_dir() == "/home/newcomer/.local/state/foldyard/egress");
+  setenv("XDG_STATE_HOME", "/x/state", 1);
+  CHECK(fy::default_proxy_state_dir() == "/x/state/foldyard/egress");
+  if (xdg) setenv("XDG_STATE_HOME", saved_xdg.c_str(), 1);
+  else unsetenv("XDG_STATE_HOME");
+  setenv("HOME", saved_home.c_str(), 1);
 }
