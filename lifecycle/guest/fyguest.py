@@ -1,4 +1,5 @@
-"""Boots the Debian guest that lifecycle/guest/build-image made, under KVM, and
+"""Boots the Debian guest that lifecycle/guest/build-image made, under KVM where
+/dev/kvm can boot a stock kernel and under qemu's emulator where it cannot, and
 drives it over ssh: the qemu backend's engine, for development and CI.
 
     with Guest.boot(image_dir, share=build_dir, guestfwd={"10.0.2.100:8088": 18088}) as g:

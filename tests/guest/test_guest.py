@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The qemu guest (lifecycle/guest): a real Debian 12 guest with Debian's stock
-kernel under KVM, booted from the cached image, and the egress path through it.
+kernel under qemu (KVM or TCG: fyguest.accelerator()), booted from the cached
+image, and the egress path through it.
 
 It proves, with nothing faked:
   - the guest boots from the cached image and answers ssh (the boot time is
