@@ -1,7 +1,8 @@
 // A JSON writer for the hot path: one object per Network Log row, appended to
 // a std::string with no intermediate tree. Strings are escaped and made valid
 // UTF-8 (invalid bytes become U+FFFD), so a row is always one parseable line
-// whatever bytes a client sent. Reading JSON is nlohmann::json's job.
+// whatever bytes a client sent. Reading JSON is nlohmann::json's job; the
+// readers of untrusted lines ask json_nesting_exceeds() first.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,11 @@
 #include <string_view>
 
 namespace fy {
+
+// True when `s` opens more than `max` objects or arrays inside one another
+// (strings and their escapes skipped; nothing else is validated). Readers call
+// it before a recursive parser builds a tree for bytes they did not write.
+bool json_nesting_exceeds(std::string_view s, int max);
 
 // Appends `s` as a quoted JSON string.
 void json_append_string(std::string& out, std::string_view s);

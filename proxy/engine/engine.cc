@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "core/json.h"
+
 namespace fy::engine {
 namespace {
 
@@ -12,30 +14,10 @@ using Json = nlohmann::json;
 // is refused before a tree is built for it (nlohmann recurses).
 constexpr int kMaxDepth = 32;
 
-bool too_deep(std::string_view s) {
-  int depth = 0;
-  bool in_str = false;
-  for (size_t i = 0; i < s.size(); ++i) {
-    char c = s[i];
-    if (in_str) {
-      if (c == '\\')
-        ++i;
-      else if (c == '"')
-        in_str = false;
-    } else if (c == '"') {
-      in_str = true;
-    } else if (c == '{' || c == '[') {
-      if (++depth > kMaxDepth) return true;
-    } else if (c == '}' || c == ']') {
-      --depth;
-    }
-  }
-  return false;
-}
 
 Result<Json> parse_json(std::string_view s, size_t max, const char* what) {
   if (s.size() > max) return make_error(Errc::too_large, "{} is longer than {} bytes", what, max);
-  if (too_deep(s)) return make_error(Errc::parse, "{} is nested deeper than {} levels", what, kMaxDepth);
+  if (json_nesting_exceeds(s, kMaxDepth)) return make_error(Errc::parse, "{} is nested deeper than {} levels", what, kMaxDepth);
   Json j = Json::parse(s.begin(), s.end(), nullptr, false);
   if (j.is_discarded()) return make_error(Errc::parse, "{} is not JSON", what);
   return j;

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "core/json.h"
 #include "core/clock.h"
 #include "core/paths.h"
 #include "core/text.h"
@@ -117,26 +118,6 @@ uint64_t sat_add(uint64_t a, uint64_t b) {
 // refused before a parser builds a tree for it.
 constexpr int kMaxDepth = 16;
 
-bool too_deep(std::string_view s) {
-  int depth = 0;
-  bool in_str = false;
-  for (size_t i = 0; i < s.size(); ++i) {
-    char c = s[i];
-    if (in_str) {
-      if (c == '\\')
-        ++i;
-      else if (c == '"')
-        in_str = false;
-    } else if (c == '"') {
-      in_str = true;
-    } else if (c == '{' || c == '[') {
-      if (++depth > kMaxDepth) return true;
-    } else if (c == '}' || c == ']') {
-      --depth;
-    }
-  }
-  return false;
-}
 
 }  // namespace
 
@@ -149,7 +130,7 @@ bool is_blank(std::string_view line) {
 Result<Row> parse_row(std::string_view line) {
   if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
   if (line.size() > kMaxLine) return make_error(Errc::too_large, "longer than {} bytes", kMaxLine);
-  if (too_deep(line)) return make_error(Errc::parse, "nested deeper than {} levels", kMaxDepth);
+  if (json_nesting_exceeds(line, kMaxDepth)) return make_error(Errc::parse, "nested deeper than {} levels", kMaxDepth);
   Json j;
   try {
     j = Json::parse(line.begin(), line.end());

@@ -17,26 +17,6 @@ constexpr size_t kMaxSnapshotLine = 256 * 1024;
 constexpr size_t kMaxEndpoints = 64;
 constexpr size_t kMaxField = 512;
 
-bool too_deep(std::string_view s, int max) {
-  int depth = 0;
-  bool in_str = false;
-  for (size_t i = 0; i < s.size(); ++i) {
-    char c = s[i];
-    if (in_str) {
-      if (c == '\\')
-        ++i;
-      else if (c == '"')
-        in_str = false;
-    } else if (c == '"') {
-      in_str = true;
-    } else if (c == '{' || c == '[') {
-      if (++depth > max) return true;
-    } else if (c == '}' || c == ']') {
-      --depth;
-    }
-  }
-  return false;
-}
 
 // A string field: absent -> "", present and not a string (or too long) -> false.
 bool get_str(const Json& o, const char* key, std::string* out) {
@@ -88,7 +68,7 @@ Result<Snapshot> parse_snapshot(std::string_view line) {
   if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
   if (line.size() > kMaxSnapshotLine)
     return make_error(Errc::too_large, "longer than {} bytes", kMaxSnapshotLine);
-  if (too_deep(line, 8)) return make_error(Errc::parse, "nested deeper than 8 levels");
+  if (json_nesting_exceeds(line, 8)) return make_error(Errc::parse, "nested deeper than 8 levels");
   Json j = Json::parse(line.begin(), line.end(), nullptr, false);
   if (j.is_discarded()) return make_error(Errc::parse, "not JSON");
   if (!j.is_object()) return make_error(Errc::parse, "not a JSON object");

@@ -259,3 +259,13 @@ TEST_CASE("the state home: XDG_STATE_HOME only when absolute, else HOME") {
   else unsetenv("XDG_STATE_HOME");
   setenv("HOME", saved_home.c_str(), 1);
 }
+
+TEST_CASE("json_nesting_exceeds counts objects and arrays, not brackets inside strings") {
+  CHECK_FALSE(fy::json_nesting_exceeds(R"({"a":[1,{"b":2}]})", 3));
+  CHECK(fy::json_nesting_exceeds(R"({"a":[1,{"b":2}]})", 2));
+  CHECK_FALSE(fy::json_nesting_exceeds(R"({"a":"[[[[{{{{"})", 1));
+  CHECK_FALSE(fy::json_nesting_exceeds(R"({"a":"\"[[[["})", 1));  // an escaped quote stays in the string
+  CHECK(fy::json_nesting_exceeds(std::string(100, '['), 99));
+  CHECK_FALSE(fy::json_nesting_exceeds(std::string(99, '['), 99));
+  CHECK_FALSE(fy::json_nesting_exceeds("", 0));
+}
