@@ -74,8 +74,15 @@ class EnginePodman(unittest.TestCase):
             raise AssertionError("podman %s: %s%s" % (" ".join(args), r.stdout, r.stderr))
         return r
 
-    def run_ctr(self, name, ip, script, detach=False, labels=()):
+    def run_ctr(self, name, ip, script, detach=False, labels=(), linger=True):
+        """Runs a container. `linger`: it stays up a second after its script, so
+        the watcher, which learns a container's address by listing it after its
+        start event, sees it running. A container that starts, sends and is gone
+        within one event round trip is the watcher's known blind spot
+        (docs/engine-watch.md, "Limits"): its snapshot has no address."""
         self.names.append(name)
+        if linger and not detach:
+            script = "%s; sleep 1" % script
         argv = ["run", "--name", name, "--ip", ip, "--cgroups=disabled",
                 "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1000:1000",
                 "-e", "http_proxy=http://%s:%d" % (GATEWAY, PROXY_PORT)]
