@@ -21,6 +21,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import socket
 import sys
 import time
@@ -72,6 +73,7 @@ class Guest(unittest.TestCase):
         except BaseException:
             cls.proxy.__exit__(None, None, None)
             cls.origin.__exit__(None, None, None)
+            shutil.rmtree(cls.tmp, ignore_errors=True)
             raise
         print("guest: image ready in %.1f s, booted to ssh in %.1f s under %s (%s)"
               % (cls.image_seconds, cls.guest.boot_seconds, *cls.guest.accel), file=sys.stderr)
@@ -81,6 +83,7 @@ class Guest(unittest.TestCase):
         cls.guest.close()
         cls.proxy.__exit__(None, None, None)
         cls.origin.__exit__(None, None, None)
+        shutil.rmtree(cls.tmp, ignore_errors=True)
 
     def test_debian_stock_kernel_and_families(self):
         rel = self.guest.ssh("uname -r").stdout.strip()
