@@ -38,6 +38,13 @@ std::optional<uint64_t> parse_u64(std::string_view s) {
   return v;
 }
 
+bool parse_long_in(std::string_view s, long lo, long hi, long* out) {
+  auto v = parse_u64(s);
+  if (!v || *v < static_cast<uint64_t>(lo) || *v > static_cast<uint64_t>(hi)) return false;
+  *out = static_cast<long>(*v);
+  return true;
+}
+
 bool list_has_token(std::string_view list, std::string_view token) {
   for (std::string_view item : split_list(list))
     if (iequals(item, token)) return true;

@@ -39,6 +39,10 @@ std::vector<std::string_view> split_list(std::string_view s, char sep = ',');
 // Decimal unsigned parse of the whole string; no sign, no spaces.
 std::optional<uint64_t> parse_u64(std::string_view s);
 
+// A flag's number: parse_u64's digits-only rule, then lo <= value <= hi
+// (0 <= lo). False, with *out untouched, for anything else.
+bool parse_long_in(std::string_view s, long lo, long hi, long* out);
+
 // Whether the token list `list` (comma-separated, case-insensitive) contains `token`.
 bool list_has_token(std::string_view list, std::string_view token);
 

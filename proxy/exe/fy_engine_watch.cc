@@ -22,6 +22,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/text.h"
 #include "core/clock.h"
 #include "core/log.h"
 #include "proxy/engine/client.h"
@@ -377,14 +378,6 @@ int probe(const std::string& path, int timeout_ms) {
   return out.rfind("ok ", 0) == 0 ? 0 : 1;
 }
 
-bool parse_int(const char* s, long lo, long hi, long* out) {
-  char* end = nullptr;
-  errno = 0;
-  long v = std::strtol(s, &end, 10);
-  if (errno || !end || *end || end == s || v < lo || v > hi) return false;
-  *out = v;
-  return true;
-}
 
 }  // namespace
 
@@ -419,16 +412,16 @@ int main(int argc, char** argv) {
       case kLog: log_path = optarg; break;
       case kControl: control = optarg; break;
       case kInterval:
-        if (!parse_int(optarg, 100, 3600000, &interval)) return bad("--list-interval-ms: give 100..3600000");
+        if (!parse_long_in(optarg, 100, 3600000, &interval)) return bad("--list-interval-ms: give 100..3600000");
         break;
       case kMaxBytes:
-        if (!parse_int(optarg, 4096, 1L << 40, &max_bytes)) return bad("--max-bytes: give 4096 or more");
+        if (!parse_long_in(optarg, 4096, 1L << 40, &max_bytes)) return bad("--max-bytes: give 4096 or more");
         break;
       case kBackups:
-        if (!parse_int(optarg, 1, 1000, &backups)) return bad("--backups: give 1..1000");
+        if (!parse_long_in(optarg, 1, 1000, &backups)) return bad("--backups: give 1..1000");
         break;
       case kTimeout:
-        if (!parse_int(optarg, 100, 600000, &timeout)) return bad("--timeout-ms: give 100..600000");
+        if (!parse_long_in(optarg, 100, 600000, &timeout)) return bad("--timeout-ms: give 100..600000");
         break;
       case kLevel: {
         auto l = log::parse_level(optarg);

@@ -102,14 +102,6 @@ int usage_error(const std::string& msg) {
   return kExitUsage;
 }
 
-bool parse_long(const char* s, long lo, long hi, long* out) {
-  char* end = nullptr;
-  errno = 0;
-  long v = std::strtol(s, &end, 10);
-  if (errno || !end || *end || end == s || v < lo || v > hi) return false;
-  *out = v;
-  return true;
-}
 
 // Returns -1 to go on, else the exit code.
 int parse_args(int argc, char** argv, Args& a, int64_t now_ms) {
@@ -136,7 +128,7 @@ int parse_args(int argc, char** argv, Args& a, int64_t now_ms) {
         a.follow = true;
         break;
       case 'n':
-        if (!parse_long(optarg, 0, 100000000, &a.lines))
+        if (!parse_long_in(optarg, 0, 100000000, &a.lines))
           return usage_error(fmt::format("bad --lines '{}': give a number of rows", optarg));
         break;
       case kHost: {
@@ -176,7 +168,7 @@ int parse_args(int argc, char** argv, Args& a, int64_t now_ms) {
         break;
       case kWidth: {
         long w;
-        if (!parse_long(optarg, kMinWidth, kMaxWidth, &w))
+        if (!parse_long_in(optarg, kMinWidth, kMaxWidth, &w))
           return usage_error(
               fmt::format("bad --width '{}': give {}..{} columns", optarg, kMinWidth, kMaxWidth));
         a.width = static_cast<int>(w);
@@ -234,7 +226,7 @@ int parse_args(int argc, char** argv, Args& a, int64_t now_ms) {
 int detect_width() {
   if (const char* cols = std::getenv("COLUMNS")) {
     long w;
-    if (parse_long(cols, 1, 100000, &w)) return static_cast<int>(w);
+    if (parse_long_in(cols, 1, 100000, &w)) return static_cast<int>(w);
   }
   winsize ws{};
   if (::isatty(STDOUT_FILENO) && ::ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)

@@ -269,3 +269,17 @@ TEST_CASE("json_nesting_exceeds counts objects and arrays, not brackets inside s
   CHECK_FALSE(fy::json_nesting_exceeds(std::string(99, '['), 99));
   CHECK_FALSE(fy::json_nesting_exceeds("", 0));
 }
+
+TEST_CASE("parse_long_in takes digits only, within the range") {
+  long v = -1;
+  CHECK(fy::parse_long_in("100", 100, 200, &v));
+  CHECK(v == 100);
+  CHECK_FALSE(fy::parse_long_in("99", 100, 200, &v));
+  CHECK_FALSE(fy::parse_long_in("201", 100, 200, &v));
+  CHECK_FALSE(fy::parse_long_in("-1", 0, 200, &v));
+  CHECK_FALSE(fy::parse_long_in(" 5", 0, 200, &v));
+  CHECK_FALSE(fy::parse_long_in("5x", 0, 200, &v));
+  CHECK_FALSE(fy::parse_long_in("", 0, 200, &v));
+  CHECK_FALSE(fy::parse_long_in("99999999999999999999999", 0, 200, &v));
+  CHECK(v == 100);
+}
