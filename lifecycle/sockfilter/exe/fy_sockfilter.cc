@@ -23,8 +23,12 @@ doors that create containers are refused (docs/fy-sockfilter.md).
 Options:
   --config FILE       a TOML file with a [sockfilter] table (upstream, listen,
                       owner, group, mode, create_body_max_kib, body_max_mib,
-                      request_timeout_ms, body_idle_timeout_ms, max_head_kib,
-                      log_level); the arguments override its paths
+                      request_timeout_ms, body_idle_timeout_ms, body_timeout_s,
+                      max_head_kib, stats, log_level); the arguments override
+                      its paths
+  --stats SOCK        serve the counters on the unix socket SOCK (mode 0600):
+                      each connection gets them as Prometheus text, e.g.
+                      curl --unix-socket SOCK http://x/metrics
   --owner USER        chown the listening socket to USER (name or uid)
   --group GROUP       chgrp the listening socket to GROUP (name or gid)
   --mode OCTAL        the socket's mode (default 0660)
@@ -51,7 +55,7 @@ int main(int argc, char** argv) {
   using namespace fy::sockfilter;
   Config cfg;
   std::vector<std::string> pos;
-  std::string config_path, owner, group, mode, level, probe, image = "localhost/bb:1",
+  std::string config_path, owner, group, mode, level, probe, stats, image = "localhost/bb:1",
                                                        runtime = "runsc-fy";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -63,7 +67,8 @@ int main(int argc, char** argv) {
       puts("fy-sockfilter 0.1.0");
       return 0;
     } else if (a == "--config" || a == "--owner" || a == "--group" || a == "--mode" ||
-               a == "--log-level" || a == "--probe" || a == "--image" || a == "--runtime") {
+               a == "--log-level" || a == "--probe" || a == "--image" || a == "--runtime" ||
+               a == "--stats") {
       const char* v = next();
       if (!v) return usage_error(a + " needs a value");
       if (a == "--config") config_path = v;
@@ -73,6 +78,7 @@ int main(int argc, char** argv) {
       else if (a == "--log-level") level = v;
       else if (a == "--probe") probe = v;
       else if (a == "--image") image = v;
+      else if (a == "--stats") stats = v;
       else runtime = v;
     } else if (!a.empty() && a[0] == '-') {
       return usage_error("unknown option " + a);
@@ -117,6 +123,7 @@ int main(int argc, char** argv) {
     cfg.mode = static_cast<unsigned>(m);
   }
   if (!level.empty()) cfg.log_level = level;
+  if (!stats.empty()) cfg.stats = stats;
   auto lv = fy::log::parse_level(cfg.log_level);
   if (!lv) return usage_error("--log-level is one of debug, info, warn, error");
   fy::log::init("fy-sockfilter", *lv);

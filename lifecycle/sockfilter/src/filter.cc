@@ -19,6 +19,7 @@
 #include "src/http.h"
 #include "src/rewrite.h"
 #include "src/route.h"
+#include "src/stats.h"
 
 namespace fy::sockfilter {
 namespace {
@@ -65,7 +66,8 @@ class Conn {
   bool parse_head();               // state head: a whole head in in_ -> decided
   void parse_body();               // state body: feeds in_ to llhttp
   void request_done();             // the request went upstream whole
-  void refuse(int status, std::string_view reason, std::string text);
+  void refuse(int status, std::string_view reason, std::string text, std::string_view code);
+  void arm_body_timer();  // the idle bound, or what is left of the whole-body bound
   void go_raw();
   void on_upstream_data(const char* p, size_t n);
   void on_upstream_eof();
@@ -118,6 +120,7 @@ class Conn {
   bool chunked_out_ = false;
   std::string create_body_;
   uint64_t body_seen_ = 0;
+  uint64_t body_deadline_ = 0;  // uv_now by which a forwarded body must be whole (0: none)
   bool request_forwarded_ = false;  // head sent upstream for the current request
   bool response_started_ = false;
   int resp_status_ = 0;
@@ -140,7 +143,9 @@ struct Server {
   uv_pipe_t listener{};
   uv_signal_t sigterm{}, sigint{};
   uint64_t next_id = 1;
-  uint64_t refused = 0, creates = 0, stripped = 0;
+  uv_pipe_t stats_listener{};
+  bool stats_on = false;
+  Stats stats;
   std::unordered_set<Conn*> conns;  // live connections, closed on stop
 };
 
@@ -195,7 +200,7 @@ void Conn::on_connect(uv_connect_t* r, int status) {
     // Answered as soon as there is a request to answer (or now, when one is
     // already waiting).
     if (c->request_forwarded_ || !c->in_.empty() || c->state_ != State::head) {
-      c->refuse(400, "Bad Request", std::string(kUnreachable));
+      c->refuse(400, "Bad Request", std::string(kUnreachable), "upstream_unreachable");
     }
     return;
   }
@@ -308,9 +313,7 @@ void Conn::on_client_read(uv_stream_t* s, ssize_t n, const uv_buf_t* b) {
   }
   if (c->closing_after_flush_) return;  // lingering: what the client still sends is dropped
   if (c->state_ == State::head && c->in_.empty()) c->arm_timer(c->server_->cfg.request_timeout_ms);
-  if (c->state_ == State::body && c->action_ == Action::pass) {
-    c->arm_timer(c->server_->cfg.body_idle_timeout_ms);
-  }
+  if (c->state_ == State::body && c->action_ == Action::pass) c->arm_body_timer();
   c->in_.append(b->base, static_cast<size_t>(n));
   c->drive();
 }
@@ -384,26 +387,44 @@ void Conn::arm_timer(uint64_t ms) {
                  ms, 0);
 }
 
+void Conn::arm_body_timer() {
+  uint64_t ms = server_->cfg.body_idle_timeout_ms;
+  if (body_deadline_) {
+    uint64_t now = uv_now(server_->loop);
+    uint64_t left = body_deadline_ > now ? body_deadline_ - now : 1;
+    if (ms == 0 || left < ms) ms = left;
+  }
+  arm_timer(ms);
+}
+
 void Conn::on_timer() {
   if (closing_) return;
   if (state_ == State::head && !in_.empty()) {
     refuse(408, "Request Timeout",
            std::string(kPrefix) + "the request head did not arrive whole within " +
-               std::to_string(server_->cfg.request_timeout_ms) + " ms");
+               std::to_string(server_->cfg.request_timeout_ms) + " ms",
+           "head_timeout");
   } else if (state_ == State::body) {
+    const char* which = action_ != Action::pass ? "request_timeout_ms"
+                        : body_deadline_ && uv_now(server_->loop) >= body_deadline_
+                            ? "body_timeout_s"
+                            : "body_idle_timeout_ms";
     if (response_started_) {
+      server_->stats.refused("body_timeout");
+      log::info("c{} {} {}: the request body did not arrive in time ({}); closing", id_,
+                head_.method, head_.target.substr(0, 200), which);
       close();
       return;
     }
     refuse(408, "Request Timeout",
-           std::string(kPrefix) + "the request body did not arrive in time (" +
-               (action_ == Action::pass ? "body_idle_timeout_ms" : "request_timeout_ms") + ")");
+           std::string(kPrefix) + "the request body did not arrive in time (" + which + ")",
+           "body_timeout");
   }
 }
 
-void Conn::refuse(int status, std::string_view reason, std::string text) {
+void Conn::refuse(int status, std::string_view reason, std::string text, std::string_view code) {
   if (closing_ || closing_after_flush_) return;
-  server_->refused++;
+  server_->stats.refused(code);
   log::info("c{} {} {} -> {} {}", id_, head_.method.empty() ? "-" : head_.method,
             head_.target.substr(0, 200), status, text);
   if (response_started_) {  // too late for an answer of our own
@@ -516,7 +537,8 @@ bool Conn::parse_head() {
   const Config& cfg = server_->cfg;
   if (in_.size() >= 4 && in_.compare(0, 4, "PRI ") == 0) {
     // HTTP/2 with prior knowledge (podman 6 serves h2c on its unix socket).
-    refuse(400, "Bad Request", std::string(kPrefix) + "the HTTP/2 preface is refused: speak HTTP/1.1");
+    refuse(400, "Bad Request", std::string(kPrefix) + "the HTTP/2 preface is refused: speak HTTP/1.1",
+           "http2");
     return false;
   }
   size_t end = in_.find("\r\n\r\n");
@@ -524,13 +546,14 @@ bool Conn::parse_head() {
     // A bare-LF head never gets its CRLFCRLF: refuse it as soon as it shows.
     if (auto bad = check_raw_head(std::string_view(in_).substr(0, std::min<size_t>(in_.size(), cfg.max_head)));
         bad && bad->find("bare LF") != std::string::npos) {
-      refuse(400, "Bad Request", std::string(kPrefix) + *bad);
+      refuse(400, "Bad Request", std::string(kPrefix) + *bad, "head_malformed");
       return false;
     }
     if (in_.size() > cfg.max_head) {
       refuse(431, "Request Header Fields Too Large",
              std::string(kPrefix) + "the request head is larger than " + std::to_string(cfg.max_head) +
-                 " bytes");
+                 " bytes",
+             "head_too_large");
     }
     return false;
   }
@@ -538,11 +561,12 @@ bool Conn::parse_head() {
   if (head_len > cfg.max_head) {
     refuse(431, "Request Header Fields Too Large",
            std::string(kPrefix) + "the request head is larger than " + std::to_string(cfg.max_head) +
-               " bytes");
+               " bytes",
+           "head_too_large");
     return false;
   }
   if (auto bad = check_raw_head(std::string_view(in_).substr(0, head_len))) {
-    refuse(400, "Bad Request", std::string(kPrefix) + *bad);
+    refuse(400, "Bad Request", std::string(kPrefix) + *bad, "head_malformed");
     return false;
   }
   head_ = RequestHead{};
@@ -559,25 +583,38 @@ bool Conn::parse_head() {
   if (rc != HPE_PAUSED || !head_done_) {
     const char* why = llhttp_get_error_reason(&rq_);
     refuse(400, "Bad Request",
-           std::string(kPrefix) + "malformed request head: " + (why ? why : llhttp_errno_name(rc)));
+           std::string(kPrefix) + "malformed request head: " + (why ? why : llhttp_errno_name(rc)),
+           "head_malformed");
     return false;
   }
   size_t used = static_cast<size_t>(llhttp_get_error_pos(&rq_) - in_.data());
   in_.erase(0, used);
   requests_++;
   if (auto bad = check_head(head_)) {
-    refuse(400, "Bad Request", std::string(kPrefix) + *bad);
+    std::string_view code = bad->find("HTTP/2") != std::string::npos     ? "http2"
+                            : bad->find("HTTP/1.0") != std::string::npos ? "te_http10"
+                                                                         : "framing";
+    refuse(400, "Bad Request", std::string(kPrefix) + *bad, code);
     return false;
   }
   if (up_failed_) {
-    refuse(400, "Bad Request", std::string(kUnreachable));
+    refuse(400, "Bad Request", std::string(kUnreachable), "upstream_unreachable");
     return false;
   }
-  const std::string* ct = head_.get("content-type");
-  Route r = classify(head_.method, head_.target, head_.has_body(), ct ? *ct : std::string_view{});
+  // podman sends a request to its gRPC server when any Content-Type value
+  // matches: all of them are judged.
+  std::string ct;
+  for (const Header& h : head_.headers) {
+    if (h.name.size() == 12 && fold(h.name) == "content-type") {
+      if (!ct.empty()) ct += ", ";
+      ct += h.value;
+    }
+  }
+  Route r = classify(head_.method, head_.target, head_.has_body(), ct);
   action_ = r.action;
+  server_->stats.requests[static_cast<int>(r.klass)]++;
   if (r.action == Action::refuse) {
-    refuse(400, "Bad Request", std::string(kPrefix) + r.reason);
+    refuse(400, "Bad Request", std::string(kPrefix) + r.reason, r.code);
     return false;
   }
   llhttp_resume(&rq_);
@@ -585,20 +622,25 @@ bool Conn::parse_head() {
     if (cfg.body_max && head_.content_length && *head_.content_length > cfg.body_max) {
       refuse(413, "Content Too Large",
              std::string(kPrefix) + "the request body is larger than body_max (" +
-                 std::to_string(cfg.body_max) + " bytes)");
+                 std::to_string(cfg.body_max) + " bytes)",
+             "body_too_large");
       return false;
     }
     chunked_out_ = head_.chunked;
     write_upstream(emit_head(head_, head_.chunked, head_.content_length, false));
     request_forwarded_ = true;
     uv_timer_stop(&timer_);
-    if (head_.has_body()) arm_timer(cfg.body_idle_timeout_ms);
+    body_deadline_ = 0;
+    if (head_.has_body()) {
+      if (cfg.body_timeout_ms) body_deadline_ = uv_now(server_->loop) + cfg.body_timeout_ms;
+      arm_body_timer();
+    }
   } else {
-    server_->creates++;
     if (head_.content_length && *head_.content_length > cfg.create_body_max) {
       refuse(413, "Content Too Large",
              std::string(kPrefix) + "the create body is larger than create_body_max (" +
-                 std::to_string(cfg.create_body_max) + " bytes)");
+                 std::to_string(cfg.create_body_max) + " bytes)",
+             "create_too_large");
       return false;
     }
     // The filter reads the whole body before the engine sees any of it, so
@@ -629,11 +671,13 @@ void Conn::parse_body() {
       if (action_ == Action::pass) {
         refuse(413, "Content Too Large",
                std::string(kPrefix) + "the request body is larger than body_max (" +
-                   std::to_string(server_->cfg.body_max) + " bytes)");
+                   std::to_string(server_->cfg.body_max) + " bytes)",
+               "body_too_large");
       } else {
         refuse(413, "Content Too Large",
                std::string(kPrefix) + "the create body is larger than create_body_max (" +
-                   std::to_string(server_->cfg.create_body_max) + " bytes)");
+                   std::to_string(server_->cfg.create_body_max) + " bytes)",
+               "create_too_large");
       }
       return;
     } else if (rc == HPE_PAUSED_UPGRADE) {
@@ -648,7 +692,8 @@ void Conn::parse_body() {
         return;
       }
       refuse(400, "Bad Request",
-             std::string(kPrefix) + "malformed request body framing: " + (why ? why : ""));
+             std::string(kPrefix) + "malformed request body framing: " + (why ? why : ""),
+             "framing");
       return;
     }
   }
@@ -669,10 +714,13 @@ void Conn::request_done() {
     Family f = action_ == Action::create_libpod ? Family::libpod : Family::compat;
     Rewrite rw = rewrite_create(create_body_, f);
     if (!rw.ok) {
-      refuse(400, "Bad Request", std::string(kUnparseable) + ": " + rw.error);
+      refuse(400, "Bad Request", std::string(kUnparseable) + ": " + rw.error, "create_unparseable");
       return;
     }
-    server_->stripped += static_cast<uint64_t>(rw.stripped);
+    server_->stats.creates_rewritten++;
+    for (int i = 0; i < kStrippedKinds; ++i) {
+      server_->stats.stripped[i] += static_cast<uint64_t>(rw.by_kind[i]);
+    }
     if (rw.stripped > 0) {
       log::info("c{} {} {}: stripped {} runtime-selecting field(s)", id_, head_.method,
                 head_.target.substr(0, 200), rw.stripped);
@@ -831,7 +879,7 @@ void Conn::on_upstream_eof() {
     return;
   }
   if (request_forwarded_ && !response_started_) {
-    refuse(400, "Bad Request", std::string(kUnreachable));
+    refuse(400, "Bad Request", std::string(kUnreachable), "upstream_unreachable");
     return;
   }
   close_after_flush();
@@ -856,12 +904,75 @@ void on_connection(uv_stream_t* l, int status) {
     log::warn("accept: {}", uv_strerror(status));
     return;
   }
+  s->stats.connections++;
   Conn* c = new Conn(s, s->next_id++);
   if (uv_accept(l, reinterpret_cast<uv_stream_t*>(c->client())) != 0) {
     c->close();
     return;
   }
   c->start();
+}
+
+// One reader of the stats socket: it gets the counters as they are when it
+// connects, then a half-close; the handle closes on the reader's EOF (or after
+// 2 s), so the text is never lost to a reset from unread request bytes. Owns
+// its pipe and timer; deleted in the last close callback.
+struct StatsConn {
+  uv_pipe_t pipe{};
+  uv_timer_t timer{};
+  uv_write_t write_req{};
+  uv_shutdown_t shut{};
+  std::string text;
+  int handles = 2;
+  bool closing = false;
+
+  void close() {
+    if (closing) return;
+    closing = true;
+    auto done = [](uv_handle_t* h) {
+      auto* sc = static_cast<StatsConn*>(h->data);
+      if (--sc->handles == 0) delete sc;
+    };
+    uv_close(reinterpret_cast<uv_handle_t*>(&pipe), done);
+    uv_close(reinterpret_cast<uv_handle_t*>(&timer), done);
+  }
+};
+
+void on_stats_connection(uv_stream_t* l, int status) {
+  Server* s = static_cast<Server*>(l->data);
+  if (status < 0) return;
+  auto* sc = new StatsConn;
+  uv_pipe_init(s->loop, &sc->pipe, 0);
+  uv_timer_init(s->loop, &sc->timer);
+  sc->pipe.data = sc->timer.data = sc->write_req.data = sc->shut.data = sc;
+  if (uv_accept(l, reinterpret_cast<uv_stream_t*>(&sc->pipe)) != 0) {
+    sc->close();
+    return;
+  }
+  std::string body = s->stats.render();
+  sc->text = "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: " +
+             std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+  uv_buf_t b = uv_buf_init(sc->text.data(), static_cast<unsigned>(sc->text.size()));
+  uv_write(&sc->write_req, reinterpret_cast<uv_stream_t*>(&sc->pipe), &b, 1,
+           [](uv_write_t* w, int st) {
+             auto* c = static_cast<StatsConn*>(w->data);
+             if (c->closing) return;
+             if (st < 0 || uv_shutdown(&c->shut, reinterpret_cast<uv_stream_t*>(&c->pipe),
+                                       [](uv_shutdown_t*, int) {}) != 0) {
+               c->close();
+             }
+           });
+  uv_read_start(
+      reinterpret_cast<uv_stream_t*>(&sc->pipe),
+      [](uv_handle_t*, size_t, uv_buf_t* out) {
+        static thread_local char buf[4096];
+        *out = uv_buf_init(buf, sizeof buf);
+      },
+      [](uv_stream_t* st, ssize_t n, const uv_buf_t*) {
+        if (n < 0) static_cast<StatsConn*>(st->data)->close();
+      });
+  uv_timer_start(&sc->timer, [](uv_timer_t* t) { static_cast<StatsConn*>(t->data)->close(); },
+                 2000, 0);
 }
 
 }  // namespace
@@ -908,7 +1019,9 @@ Result<Config> load_config(const std::string& path, Config base) {
       else base.mode = static_cast<unsigned>(m);
     }
     if (auto v = t->integer("create_body_max_kib", 1, 1 << 20)) base.create_body_max = *v * 1024;
-    if (auto v = t->integer("body_max_mib", 0, 1 << 20)) base.body_max = *v * 1024 * 1024;
+    if (auto v = t->integer("body_max_mib", 1, 1 << 20)) base.body_max = *v * 1024 * 1024;
+    if (auto v = t->integer("body_timeout_s", 1, 7 * 86400)) base.body_timeout_ms = *v * 1000;
+    if (auto v = t->string("stats")) base.stats = *v;
     if (auto v = t->integer("request_timeout_ms", 100, 3600000)) base.request_timeout_ms = *v;
     if (auto v = t->integer("body_idle_timeout_ms", 100, 86400000)) base.body_idle_timeout_ms = *v;
     if (auto v = t->integer("max_head_kib", 1, 1024)) base.max_head = *v * 1024;
@@ -949,11 +1062,36 @@ int serve(const Config& cfg) {
     uv_loop_close(&loop);
     return 3;
   }
-  log::info("serving {} -> {} (mode {:o})", cfg.listen, cfg.upstream, cfg.mode);
+  if (!cfg.stats.empty()) {
+    uv_pipe_init(&loop, &s.stats_listener, 0);
+    s.stats_listener.data = &s;
+    s.stats_on = true;
+    unlink(cfg.stats.c_str());
+    int src = uv_pipe_bind(&s.stats_listener, cfg.stats.c_str());
+    if (src == 0) src = chmod(cfg.stats.c_str(), 0600) == 0 ? 0 : uv_translate_sys_error(errno);
+    if (src == 0) {
+      src = uv_listen(reinterpret_cast<uv_stream_t*>(&s.stats_listener), 16, on_stats_connection);
+    }
+    if (src != 0) {
+      log::error("cannot listen on the stats socket {}: {} (is the directory there and writable?)",
+                 cfg.stats, uv_strerror(src));
+      uv_close(reinterpret_cast<uv_handle_t*>(&s.listener), nullptr);
+      uv_close(reinterpret_cast<uv_handle_t*>(&s.stats_listener), nullptr);
+      uv_run(&loop, UV_RUN_DEFAULT);
+      uv_loop_close(&loop);
+      unlink(cfg.listen.c_str());
+      return 3;
+    }
+  }
+  log::info("serving {} -> {} (mode {:o}){}", cfg.listen, cfg.upstream, cfg.mode,
+            cfg.stats.empty() ? "" : ", counters on " + cfg.stats);
   auto stop = [](uv_signal_t* sig, int) {
     Server* sv = static_cast<Server*>(sig->data);
-    log::info("stopping: {} creates, {} fields stripped, {} refusals", sv->creates, sv->stripped,
-              sv->refused);
+    uint64_t refused = 0, stripped = 0;
+    for (const auto& [code, n] : sv->stats.refusals) refused += n;
+    for (uint64_t n : sv->stats.stripped) stripped += n;
+    log::info("stopping: {} creates rewritten, {} fields stripped, {} refusals",
+              sv->stats.creates_rewritten, stripped, refused);
     uv_stop(sv->loop);
   };
   uv_signal_init(&loop, &s.sigterm);
@@ -964,6 +1102,10 @@ int serve(const Config& cfg) {
   uv_run(&loop, UV_RUN_DEFAULT);
   // Stopped: every connection and handle closed, the loop run until they are.
   unlink(cfg.listen.c_str());
+  if (s.stats_on) {
+    unlink(cfg.stats.c_str());
+    uv_close(reinterpret_cast<uv_handle_t*>(&s.stats_listener), nullptr);
+  }
   std::vector<Conn*> live(s.conns.begin(), s.conns.end());
   for (Conn* c : live) c->close();
   uv_close(reinterpret_cast<uv_handle_t*>(&s.listener), nullptr);

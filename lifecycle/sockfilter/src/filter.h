@@ -26,9 +26,11 @@ struct Config {
   std::optional<gid_t> group;
   unsigned mode = 0660;
   uint64_t create_body_max = 1 << 20;   // bytes; a larger create body gets 413
-  uint64_t body_max = 0;                // other request bodies; 0 = unbounded
+  uint64_t body_max = 4ull << 30;       // other request bodies (build contexts, image loads): 413
   uint64_t request_timeout_ms = 30000;  // a head, or a create's body, must be whole by then: 408
   uint64_t body_idle_timeout_ms = 300000;  // other bodies: at most this long without a byte: 408
+  uint64_t body_timeout_ms = 3600000;   // other bodies: whole within this from their head: 408
+  std::string stats;                    // the counters' unix socket (0600); empty: none
   uint64_t max_head = 65536;            // bytes of a request head: 431 above
   std::string log_level = "info";
 };

@@ -42,6 +42,7 @@ class Scanner {
     r.ok = true;
     r.body = std::move(out);
     r.stripped = stripped_;
+    for (int i = 0; i < kStrippedKinds; ++i) r.by_kind[i] = by_kind_[i];
     return r;
   }
 
@@ -313,6 +314,11 @@ class Scanner {
       if (out && drops(mode, folded)) {
         m.keep = false;
         ++stripped_;
+        Stripped kind = mode == Mode::libpod_top   ? Stripped::oci_runtime
+                        : mode == Mode::hostconfig ? Stripped::hostconfig_runtime
+                        : folded.rfind("dev.gvisor.", 0) == 0 ? Stripped::gvisor_annotation
+                                                               : Stripped::sandbox_annotation;
+        ++by_kind_[static_cast<int>(kind)];
       }
       if (out) members.push_back(std::move(m));
       size_t after_value = pos_;
@@ -353,9 +359,20 @@ class Scanner {
   size_t pos_ = 0;
   std::string err_;
   int stripped_ = 0;
+  int by_kind_[kStrippedKinds] = {};
 };
 
 }  // namespace
+
+std::string_view stripped_name(Stripped s) {
+  switch (s) {
+    case Stripped::oci_runtime: return "oci_runtime";
+    case Stripped::hostconfig_runtime: return "HostConfig.Runtime";
+    case Stripped::gvisor_annotation: return "annotation:dev.gvisor.*";
+    case Stripped::sandbox_annotation: return "annotation:cri-sandbox";
+  }
+  return "?";
+}
 
 bool is_runtime_annotation(std::string_view k) {
   return k.rfind("dev.gvisor.", 0) == 0 || k == "io.kubernetes.cri.sandbox-id" ||

@@ -29,11 +29,17 @@ enum class Family { libpod, compat };
 
 inline constexpr int kMaxDepth = 128;
 
+// The kinds of stripped member, as the counters name them.
+enum class Stripped { oci_runtime, hostconfig_runtime, gvisor_annotation, sandbox_annotation };
+inline constexpr int kStrippedKinds = 4;
+std::string_view stripped_name(Stripped s);
+
 struct Rewrite {
   bool ok = false;
   std::string body;    // the body to forward (when ok)
   std::string error;   // what was wrong, for the 400 (when !ok)
   int stripped = 0;    // how many members were removed
+  int by_kind[kStrippedKinds] = {};  // the same, by Stripped
 };
 
 Rewrite rewrite_create(std::string_view body, Family family);

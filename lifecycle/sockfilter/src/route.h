@@ -13,6 +13,12 @@
 //   - a path Go would re-escape (bytes outside the set url.EscapedPath keeps)
 //     is routed on the re-escaped form; the filter refuses those too, so the
 //     path it classifies is always the path the router matches.
+// Default deny: a request is forwarded only when its method and path match a
+// route of podman's API (the union of podman 4.3, 5.8 and 6.0-dev's
+// pkg/api/server/register_*.go, kept in route.cc's table) whose handler does
+// not create or run a container outside the engine's default runtime. The
+// two create routes are rewritten; the other creating routes are refused or
+// checked (restore, build); anything the table does not know is refused.
 // Pure: no I/O, no allocation beyond the result's strings.
 #pragma once
 
@@ -28,14 +34,28 @@ enum class Action {
   refuse,         // answered 400 by the filter with `reason`
 };
 
+// What the counters call a request's route (docs/fy-sockfilter.md, Counters).
+enum class RouteClass {
+  known,       // a route of the table that creates nothing: forwarded
+  create,      // one of the two create routes: body checked and stripped
+  door,        // a creating route other than create: refused or checked
+  unknown,     // no route of the table: refused
+  bad_target,  // a target the router would redirect or re-escape: refused
+};
+std::string_view class_name(RouteClass c);
+
 struct Route {
   Action action = Action::pass;
-  std::string reason;  // the 400 body's text for refuse, without the prefix
+  RouteClass klass = RouteClass::known;
+  std::string_view code;  // a refusal's short name for the counters (static)
+  std::string reason;     // the 400 body's text for refuse, without the prefix
 };
 
 // Classifies one request. `target` is the request-target as sent; `has_body`
 // says whether the request carries a body (Content-Length > 0 or chunked);
-// `content_type` is the Content-Type header value (empty when absent).
+// `content_type` is every Content-Type value the request carries, joined
+// with ", " (empty when absent): podman routes a request to its gRPC server
+// when any of them contains `application/grpc` (an unanchored regexp).
 Route classify(std::string_view method, std::string_view target, bool has_body,
                std::string_view content_type);
 

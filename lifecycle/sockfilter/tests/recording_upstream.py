@@ -201,9 +201,10 @@ class Upstream:
             c.sendall(b"bye")
             c.shutdown(socket.SHUT_WR)
             return False
-        if path.endswith("/info1xx"):
+        answer = req.header("x-fy-answer") or ""  # the tests' way to ask for a 1xx or a 204
+        if answer == "1xx":
             c.sendall(b"HTTP/1.1 102 Processing\r\n\r\n")
-        if path.endswith("/nocontent"):
+        if answer == "204":
             c.sendall(b"HTTP/1.1 204 No Content\r\n\r\n")
             return True
         body = json.dumps({"ok": True, "n": len(self.requests)}).encode()

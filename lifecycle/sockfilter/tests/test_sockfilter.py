@@ -301,10 +301,11 @@ def t_paths_as_the_router_reads_them(f, up):
         (st, _, _), = exchange(f, req("POST", t, b))
         assert st == 400, t
     assert wait_requests(up, 1, 0.3) == []
-    # Passed as they are: the router 404s them (no create happens there).
-    (st, _, _), = exchange(f, req("POST", "/v4/libpod/containers/%63reate", b))
-    rs = wait_requests(up, 1)
-    assert rs[0].target == "/v4/libpod/containers/%63reate" and rs[0].body == b
+    # Not a route of podman's (the router would 404 it): refused as unknown,
+    # naming the endpoint.
+    (st, _, body), = exchange(f, req("POST", "/v4/libpod/containers/%63reate", b))
+    assert st == 400 and b"POST /v4/libpod/containers/%63reate refused: no engine endpoint" in body, body
+    assert wait_requests(up, 1, 0.3) == []
 
 
 def t_malformed_heads_refused(f, up):
@@ -350,7 +351,8 @@ def t_raw_after_101_and_unframed_200(f, up):
 def t_head_204_1xx(f, up):
     s = f.connect()
     r = Reader(s)
-    s.sendall(req("HEAD", "/_ping") + req("POST", "/v4/x/nocontent") + req("GET", "/v4/info1xx") + req("GET", "/_ping"))
+    s.sendall(req("HEAD", "/_ping") + req("POST", "/v4/libpod/containers/c1/stop", headers=[("X-Fy-Answer", "204")])
+              + req("GET", "/v4/libpod/info", headers=[("X-Fy-Answer", "1xx")]) + req("GET", "/_ping"))
     st, h, _ = r.response(head_only=True)
     assert st == 200 and h["content-length"] != "0"
     st, _, _ = r.response()
@@ -415,6 +417,163 @@ def t_limits(tmp, up):
         assert wait_requests(up, 1, 0.3) == []
     finally:
         f.stop()
+
+
+def t_unknown_routes_refused(f, up):
+    # Default deny: only the routes of podman's API are forwarded.
+    for m, t in [("POST", "/v4/libpod/containers/create/"), ("POST", "/V4.0.0/libpod/containers/create"),
+                 ("POST", "/libpod/containers/create"), ("GET", "/v4/libpod/nothing"),
+                 ("OPTIONS", "/_ping"), ("PATCH", "/v4/libpod/containers/c1/update"),
+                 ("POST", "/v4/libpod/containers%2Fcreate"), ("POST", "/v4/libpod/%2e%2e/containers/create"),
+                 ("POST", "/v4/libpod/containers/create;x"), ("HEAD", "/containers/json")]:
+        (st, h, body), = exchange(f, req(m, t, b"{}"), head_only=(m == "HEAD"))
+        assert st == 400, (m, t, st)
+        if m != "HEAD":
+            assert (m + " " + t + " refused: no engine endpoint").encode() in body, body
+            assert b"check the method and the path" in body
+    assert wait_requests(up, 1, 0.3) == []
+
+
+def t_pods_create_forwarded(f, up):
+    # podman's pod create makes an infra container with the engine's default
+    # runtime: the pod spec has no runtime field. Forwarded as it is.
+    b = b'{"name":"p1","infra_image":"localhost/bb:1"}'
+    (st, _, _), = exchange(f, req("POST", "/v4.0.0/libpod/pods/create", b))
+    assert st == 201, st
+    rs = wait_requests(up, 1)
+    assert len(rs) == 1 and rs[0].body == b, rs
+
+
+def t_hostile_targets(f, up):
+    # Targets podman's Go parser reads differently: none reaches a create
+    # unstripped, none goes up at all.
+    b = b'{"image":"bb","oci_runtime":"crun"}'
+    for t in ["http://x/v4/libpod/containers/create", "http://x/containers/create",
+              "//x/containers/create", "/v4/libpod/containers/create#x", "/containers/create#",
+              "/v4/libpod/containers/cre%61te", "/v4/libpod/containers/create%2F",
+              "/v4/libpod/containers/create/.", "/v4.0.0//libpod/containers/create",
+              "/v4/libpod/containers/create\\", "/%76%34/libpod/containers/create",
+              "/v4/libpod/containers/create%3Fx=1"]:
+        (st, _, _), = exchange(f, req("POST", t, b))
+        assert st == 400, (t, st)
+    assert wait_requests(up, 1, 0.3) == []
+    # An odd but valid version is a version: stripped.
+    (st, _, _), = exchange(f, req("POST", "/v1.a-b.c/libpod/containers/create", b))
+    rs = wait_requests(up, 1)
+    assert st == 201 and runtime_selection(rs[0].body, "libpod") == [], rs
+
+
+def t_hostile_framing(f, up):
+    b = b'{"image":"bb","oci_runtime":"crun"}'
+    bad = [("Content-Length", "+%d" % len(b)), ("Content-Length", "%d, %d" % (len(b), len(b))),
+           ("Content-Length", "-1"), ("Content-Length", "0x10"), ("Content-Length", " ")]
+    for k, v in bad:
+        (st, _, _), = exchange(f, req("POST", "/v4/libpod/containers/create", b, headers=[(k, v)]))
+        assert st == 400, (k, v, st)
+    for hs in [[("Content-Length", str(len(b))), ("Content-Length", str(len(b)))],
+               [("Transfer-Encoding", "chunked, chunked")], [("Transfer-Encoding", "chunked"), ("Transfer-Encoding", "chunked")],
+               [("Transfer-Encoding", "identity, chunked")], [("Transfer-Encoding", "gzip")],
+               [("Transfer-Encoding", "chunked"), ("Content-Length", "3")]]:
+        data = req("POST", "/v4/libpod/containers/create", None, headers=hs) + b"%x\r\n" % len(b) + b + b"\r\n0\r\n\r\n"
+        (st, _, _), = exchange(f, data)
+        assert st == 400, (hs, st)
+    assert wait_requests(up, 1, 0.3) == []
+    # Leading zeros: both parsers read the same number; it goes up canonical.
+    (st, _, _), = exchange(f, req("POST", "/v4/libpod/containers/create", b, headers=[("Content-Length", "000%d" % len(b))]))
+    rs = wait_requests(up, 1)
+    assert st == 201 and len(rs) == 1 and rs[0].header("content-length") == str(len(rs[0].body)), rs
+    assert runtime_selection(rs[0].body, "libpod") == []
+
+
+def t_grpc_content_type_any_value(f, up):
+    # podman's router sends a request to its gRPC server when any
+    # Content-Type value matches application/grpc (an unanchored regexp).
+    for hs in [[("Content-Type", "application/json"), ("Content-Type", "application/grpc")],
+               [("Content-Type", "text/plain; x=application/grpc")]]:
+        (st, _, body), = exchange(f, req("POST", "/v4/libpod/containers/c1/start", b"", headers=hs))
+        assert st == 400 and b"gRPC" in body, (hs, st, body)
+    assert wait_requests(up, 1, 0.3) == []
+
+
+def t_body_bounds_by_default(f, up):
+    # The default filter bounds other bodies too: 4 GiB.
+    (st, _, body), = exchange(f, req("POST", "/v4/libpod/images/load", None,
+                                     headers=[("Content-Length", str(5 << 30))]))
+    assert st == 413 and b"body_max" in body, (st, body)
+    assert wait_requests(up, 1, 0.3) == []
+
+
+def t_body_whole_time_bound(tmp, up):
+    # A body that trickles (never idle long enough for the idle bound) is cut
+    # at body_timeout_s.
+    f = Filter(tmp, up.path, "body_timeout_s = 1\nbody_idle_timeout_ms = 5000\n", "tb")
+    try:
+        s = f.connect()
+        s.sendall(req("POST", "/v4/libpod/images/load", None, headers=[("Content-Length", "1000")]))
+        t0 = time.time()
+        r = Reader(s)
+        try:
+            for _ in range(20):
+                s.sendall(b"x")
+                time.sleep(0.2)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        st, _, body = r.response()
+        el = time.time() - t0
+        assert st == 408 and b"body_timeout_s" in body and 0.8 < el < 3.5, (st, body, el)
+        s.close()
+    finally:
+        f.stop()
+
+
+def t_stats_socket(tmp, up):
+    sp = os.path.join(tmp, "stats.sock")
+    f = Filter(tmp, up.path, 'stats = "%s"\n' % sp, "st")
+    try:
+        assert stat.S_IMODE(os.stat(sp).st_mode) == 0o600
+        cb = json.dumps({"image": "bb", "oci_runtime": "crun",
+                         "annotations": {"dev.gvisor.a": "1", "io.kubernetes.cri.sandbox-id": "x"}}).encode()
+        exchange(f, req("GET", "/_ping"))
+        exchange(f, req("POST", "/v4/libpod/containers/create", cb))
+        exchange(f, req("POST", "/v1.41/containers/create", b'{"HostConfig":{"Runtime":"crun"}}'))
+        exchange(f, req("POST", "/v4/libpod/kube/play", b"x"))
+        exchange(f, req("GET", "/v4/libpod/nothing"))
+        exchange(f, req("GET", "/v4/libpod/nothing2"))
+        exchange(f, req("POST", "/v4/libpod/containers/create", b'{"a":1,"A":2}'))
+        exchange(f, b"GET /_ping HTTP/1.1\nHost: d\n\n")
+        wait_requests(up, 3)
+        c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        c.settimeout(5)
+        c.connect(sp)
+        c.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        st, h, text = Reader(c).response()
+        c.close()
+        assert st == 200 and h["content-type"].startswith("text/plain"), (st, h)
+        got = {}
+        for line in text.decode().splitlines():
+            if line and not line.startswith("#"):
+                k, v = line.rsplit(" ", 1)
+                got[k] = int(v)
+        want = {'fy_sockfilter_requests_total{class="known"}': 1,
+                'fy_sockfilter_requests_total{class="create"}': 3,
+                'fy_sockfilter_requests_total{class="door"}': 1,
+                'fy_sockfilter_requests_total{class="unknown"}': 2,
+                'fy_sockfilter_refusals_total{reason="unknown_route"}': 2,
+                'fy_sockfilter_refusals_total{reason="kube_play"}': 1,
+                'fy_sockfilter_refusals_total{reason="create_unparseable"}': 1,
+                'fy_sockfilter_refusals_total{reason="head_malformed"}': 1,
+                'fy_sockfilter_refusals_total{reason="build_isolation"}': 0,
+                'fy_sockfilter_stripped_total{field="oci_runtime"}': 1,
+                'fy_sockfilter_stripped_total{field="HostConfig.Runtime"}': 1,
+                'fy_sockfilter_stripped_total{field="annotation:dev.gvisor.*"}': 1,
+                'fy_sockfilter_stripped_total{field="annotation:cri-sandbox"}': 1,
+                'fy_sockfilter_creates_rewritten_total': 2,
+                'fy_sockfilter_connections_total': 8}
+        for k, v in want.items():
+            assert got.get(k) == v, (k, got.get(k), text.decode())
+    finally:
+        rc = f.stop()
+        assert rc == 0 and not os.path.exists(sp), rc
 
 
 def t_unreachable(tmp, up):

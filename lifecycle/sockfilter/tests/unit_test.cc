@@ -8,6 +8,7 @@
 #include "src/http.h"
 #include "src/rewrite.h"
 #include "src/route.h"
+#include "src/stats.h"
 
 using namespace fy::sockfilter;
 
@@ -50,19 +51,33 @@ TEST_CASE("creates: every version spelling, both families; compat also unversion
   }
   CHECK(act("POST", "/containers/create") == Action::create_compat);
   CHECK(act("POST", "/containers/create?name=a") == Action::create_compat);
-  // libpod is versioned only: the router 404s these, so they pass as nothing.
-  CHECK(act("POST", "/libpod/containers/create") == Action::pass);
-  // Not create: other verbs, case, escapes, trailing slash (the router 404/405s).
-  CHECK(act("GET", "/v4/libpod/containers/create") == Action::pass);
-  CHECK(act("POST", "/v4/libpod/containers/Create") == Action::pass);
-  CHECK(act("POST", "/v4/Libpod/containers/create") == Action::pass);
+  // libpod is versioned only; other verbs, case: no route of podman's, so
+  // refused as unknown (the engine would 404/405 them).
+  for (auto [m, t] : {std::pair{"POST", "/libpod/containers/create"},
+                      {"GET", "/v4/libpod/containers/create"},
+                      {"POST", "/v4/libpod/containers/Create"},
+                      {"POST", "/v4/Libpod/containers/create"},
+                      {"POST", "/V4.0.0/libpod/containers/create"}}) {
+    Route r = classify(m, t, true, "");
+    CHECK_MESSAGE(r.action == Action::refuse, t);
+    CHECK_MESSAGE(r.klass == RouteClass::unknown, t);
+    CHECK(r.code == "unknown_route");
+    CHECK(r.reason.find(std::string(m) + " " + t + " refused: no engine endpoint") == 0);
+  }
 }
 
-TEST_CASE("escaped paths are what the router matches: %63reate is not create, and is passed") {
-  CHECK(act("POST", "/v4/libpod/containers/%63reate") == Action::pass);
-  CHECK(act("POST", "/v4/libpod/containers%2Fcreate") == Action::pass);
-  CHECK(act("POST", "/containers/%63reate") == Action::pass);
-  CHECK(act("POST", "/v4/libpod/containers/create/") == Action::pass);  // StrictSlash off: 404
+TEST_CASE("escaped paths are what the router matches: %63reate is not create, and is refused") {
+  for (auto t : {"/v4/libpod/containers/%63reate", "/v4/libpod/containers%2Fcreate",
+                 "/containers/%63reate", "/v4/libpod/containers/create/",  // StrictSlash off: 404
+                 "/v4/libpod/%2e%2e/containers/create", "/v4/libpod/containers/create;x",
+                 "/v1.41/containers/create/", "/containers/create%00"}) {
+    Route r = classify("POST", t, true, "");
+    CHECK_MESSAGE(r.action == Action::refuse, t);
+    CHECK_MESSAGE(r.klass == RouteClass::unknown, t);
+  }
+  // An escaped '/' inside a {name} is still that one name: the route matches.
+  CHECK(act("GET", "/v4/libpod/containers/a%2Fb/json", false) == Action::pass);
+  CHECK(act("POST", "/v1.a-b.c/libpod/containers/create") == Action::create_libpod);
   // A byte Go would re-escape (so the router would see another string): refused.
   CHECK(act("POST", "/v4/libpod/containers/a\"b/restore") == Action::refuse);
   CHECK(act("POST", "/v4/libpod/containers/cre{ate") == Action::refuse);
@@ -99,7 +114,8 @@ TEST_CASE("the other creating doors: refused, the message names the endpoint and
     CHECK(r.reason.find("kube play") != std::string::npos);
   }
   CHECK(act("DELETE", "/v4/libpod/play/kube", false) == Action::pass);  // teardown
-  CHECK(act("GET", "/v4/libpod/kube/play", false) == Action::pass);
+  CHECK(act("DELETE", "/v5/libpod/kube/play", false) == Action::pass);
+  CHECK(act("GET", "/v4/libpod/kube/play", false) == Action::refuse);  // no such route
   // restore: with import (any case, any value) or with a body: refused.
   CHECK(act("POST", "/v4/libpod/containers/c1/restore?import=true", false) == Action::refuse);
   CHECK(act("POST", "/v4/libpod/containers/c1/restore?IMPORT=1", false) == Action::refuse);
@@ -129,12 +145,59 @@ TEST_CASE("the other creating doors: refused, the message names the endpoint and
   CHECK(act("GET", "/v6/libpod/quadlets/json", false) == Action::pass);
   CHECK(act("POST", "/v4/anything", true, "application/grpc") == Action::refuse);
   CHECK(act("POST", "/v4/anything", true, "Application/GRPC+proto") == Action::refuse);
+  // mux's HeadersRegexp is unanchored and looks at every value.
+  CHECK(act("POST", "/v4/libpod/containers/c1/start", true, "text/plain, application/grpc") ==
+        Action::refuse);
+  CHECK(classify("GET", "/_ping", false, "x application/grpc").code == "grpc");
   // Not creating: pass.
   for (auto t : {"/v4/libpod/containers/c1/start", "/v4/libpod/containers/c1/attach",
-                 "/v4/libpod/pods/create", "/v4/libpod/images/create", "/containers/prune",
-                 "/v4/libpod/containers/c1/exec", "/exec/e1/start"}) {
-    CHECK_MESSAGE(act("POST", t) == Action::pass, t);
+                 "/v4/libpod/pods/create", "/v4/libpod/images/pull", "/containers/prune",
+                 "/v4/libpod/containers/c1/exec", "/exec/e1/start", "/images/create"}) {
+    Route r = classify("POST", t, true, "");
+    CHECK_MESSAGE(r.action == Action::pass, t);
+    CHECK_MESSAGE(r.klass == RouteClass::known, t);
   }
+  CHECK(act("POST", "/v4/libpod/images/create") == Action::refuse);  // libpod has pull, not create
+}
+
+TEST_CASE("default deny: the route table, podman's methods and scopes") {
+  // Known, as podman 4.3-6.0 register them: forwarded.
+  for (auto [m, t] : {std::pair{"GET", "/_ping"}, {"HEAD", "/_ping"}, {"GET", "/libpod/_ping"},
+                      {"GET", "/v4.3.1/libpod/_ping"}, {"GET", "/v1.41/containers/json"},
+                      {"GET", "/containers/abc/json"}, {"DELETE", "/v4/libpod/containers/abc"},
+                      {"GET", "/v4/libpod/containers/abc/logs"},
+                      {"POST", "/v4/libpod/exec/e1/start"}, {"GET", "/v4/libpod/images/a/b:c/json"},
+                      {"DELETE", "/v4/libpod/images/reg/x/y"}, {"POST", "/v4/libpod/manifests/create"},
+                      {"PUT", "/v5/libpod/manifests/reg/list:1"},
+                      {"POST", "/v5/libpod/manifests/l/registry/docker.io/x"},
+                      {"GET", "/v4/libpod/containers/a/b/healthcheck"},
+                      {"PATCH", "/plugins"}, {"POST", "/v1.41/swarm/init"}, {"GET", "/nodes/"},
+                      {"PUT", "/containers/c/archive"}, {"DELETE", "/secret/s1"},
+                      {"GET", "/v6/libpod/quadlets/a.container/file"},
+                      {"POST", "/v4/libpod/pods/p1/start"}, {"POST", "/v4/libpod/system/check"}}) {
+    Route r = classify(m, t, false, "");
+    CHECK_MESSAGE(r.action == Action::pass, m, " ", t, " ", r.reason);
+  }
+  // Unknown: a method the route does not take, a scope it lacks, a path it
+  // does not have.
+  for (auto [m, t] : {std::pair{"HEAD", "/containers/json"}, {"GET", "/libpod/containers/json"},
+                      {"DELETE", "/secret/s1/x"}, {"GET", "/v4/secret/s1"}, {"OPTIONS", "/_ping"},
+                      {"PATCH", "/v4/libpod/containers/c/update"}, {"GET", "/v4/libpod/manifests/x"},
+                      {"POST", "/v4/libpod/containers/a/b/start"}, {"GET", "/"},
+                      {"POST", "/v4/libpod/pods/create/x"}, {"GET", "/v4/libpod/nothing"}}) {
+    Route r = classify(m, t, false, "");
+    CHECK_MESSAGE(r.action == Action::refuse, m, " ", t);
+    CHECK(r.klass == RouteClass::unknown);
+  }
+  // Where two routes match (a `{name:.*}`), the stricter one decides: scp
+  // wins over push whatever podman's registration order.
+  CHECK(classify("POST", "/v4/libpod/images/scp/x/push", false, "").code == "image_scp");
+  // classes for the counters
+  CHECK(classify("POST", "/v4/libpod/containers/create", true, "").klass == RouteClass::create);
+  CHECK(classify("POST", "/v4/libpod/kube/play", true, "").klass == RouteClass::door);
+  CHECK(classify("POST", "/v4/libpod/build?t=x", true, "").klass == RouteClass::door);
+  CHECK(classify("POST", "/v4/libpod/build?t=x", true, "").action == Action::pass);
+  CHECK(classify("POST", "//x", true, "").klass == RouteClass::bad_target);
 }
 
 TEST_CASE("fold: ASCII plus the two letters Go folds onto ASCII") {
@@ -281,4 +344,34 @@ TEST_CASE("emit_head: one framing header, never both") {
   h.headers = {{"Transfer-Encoding", "chunked"}, {"Host", "d"}};
   CHECK(emit_head(h, true, std::nullopt, false) ==
         "POST /v4/libpod/containers/create HTTP/1.1\r\nHost: d\r\nTransfer-Encoding: chunked\r\n\r\n");
+}
+
+TEST_CASE("stripped members are counted by field") {
+  Rewrite r = rewrite_create(
+      R"({"oci_runtime":"crun","annotations":{"dev.gvisor.a":"1","DEV.GVISOR.b":"2",)"
+      R"("io.kubernetes.cri.sandbox-id":"x","k":"v"}})",
+      Family::libpod);
+  REQUIRE(r.ok);
+  CHECK(r.stripped == 4);
+  CHECK(r.by_kind[static_cast<int>(Stripped::oci_runtime)] == 1);
+  CHECK(r.by_kind[static_cast<int>(Stripped::gvisor_annotation)] == 2);
+  CHECK(r.by_kind[static_cast<int>(Stripped::sandbox_annotation)] == 1);
+  Rewrite c = rewrite_create(R"({"HostConfig":{"Runtime":"crun"}})", Family::compat);
+  REQUIRE(c.ok);
+  CHECK(c.by_kind[static_cast<int>(Stripped::hostconfig_runtime)] == 1);
+}
+
+TEST_CASE("the counters' text names every class, reason and field, zeros included") {
+  Stats st;
+  st.requests[static_cast<int>(RouteClass::unknown)] = 3;
+  st.refused("unknown_route");
+  st.refused("unknown_route");
+  st.stripped[static_cast<int>(Stripped::oci_runtime)] = 5;
+  std::string t = st.render();
+  CHECK(t.find("fy_sockfilter_requests_total{class=\"unknown\"} 3\n") != std::string::npos);
+  CHECK(t.find("fy_sockfilter_requests_total{class=\"known\"} 0\n") != std::string::npos);
+  CHECK(t.find("fy_sockfilter_refusals_total{reason=\"unknown_route\"} 2\n") != std::string::npos);
+  CHECK(t.find("fy_sockfilter_refusals_total{reason=\"kube_play\"} 0\n") != std::string::npos);
+  CHECK(t.find("fy_sockfilter_stripped_total{field=\"oci_runtime\"} 5\n") != std::string::npos);
+  CHECK(t.find("# TYPE fy_sockfilter_refusals_total counter\n") != std::string::npos);
 }
