@@ -2,12 +2,14 @@
 """fy-sockfilter's benchmark: the same requests, in the same run, straight to
 a real podman API socket (runsc default, as test_live_podman.py sets it up),
 through fy-sockfilter, and through haproxy in http mode on unix sockets with
-path ACLs (how the popular socket proxies are built). Arms alternate every
-round (the order rotates); each figure is the median over all requests of all
-rounds; ratios are against direct in the same run.
+path ACLs (how the popular socket proxies are built). Within each round the
+arms take turns every --batch requests (creates: every request), the order
+rotating; p50/p90 are over all requests of all rounds; each ratio is the
+median over rounds of that round's p50 ratio (against direct, and against
+haproxy), so load that shifts between rounds cancels.
 
   python3 bench/sockfilter/bench_sockfilter.py --filter build/subprojects/fy-sockfilter/fy-sockfilter \
-      [--rounds 7] [--pings 300] [--lists 150] [--creates 8] [--json out.json]
+      [--rounds 7] [--pings 300] [--lists 150] [--creates 8] [--batch 10] [--json out.json]
 
 Needs root, podman, runsc, haproxy. Each request is timed from the first byte
 written to the last byte of the response read, on one keep-alive connection
@@ -106,6 +108,7 @@ def main():
     ap.add_argument("--pings", type=int, default=300)
     ap.add_argument("--lists", type=int, default=150)
     ap.add_argument("--creates", type=int, default=8)
+    ap.add_argument("--batch", type=int, default=10, help="requests per arm's turn (creates: 1)")
     ap.add_argument("--json")
     a = ap.parse_args()
     for tool in ("podman", "runsc", "haproxy"):
@@ -157,42 +160,60 @@ def main():
             c.close()
         spec = json.dumps({"image": IMAGE, "command": ["true"], "oci_runtime": "crun",
                            "annotations": {"dev.gvisor.x": "1", "keep": "1"}}).encode()
-        samples = {arm: {"ping": [], "list": [], "create": []} for arm in arms}
+        kinds = {"ping": ("GET", "/_ping", None, 200, a.pings),
+                 "list": ("GET", "/v4.0.0/libpod/containers/json?all=true", None, 200, a.lists),
+                 "create": ("POST", "/v4.0.0/libpod/containers/create", spec, 201, a.creates)}
+        samples = {arm: {k: [] for k in kinds} for arm in arms}
+        per_round = {arm: {k: [] for k in kinds} for arm in arms}  # each round's p50
         names = list(arms)
+        batch = max(1, a.batch)
         for rnd in range(a.rounds):
-            order = names[rnd % 3:] + names[:rnd % 3]
-            for arm in order:
-                c = Conn(arms[arm])
-                for _ in range(a.pings):
-                    ns, st, _ = c.request("GET", "/_ping")
-                    assert st == 200, (arm, st)
-                    samples[arm]["ping"].append(ns)
-                for _ in range(a.lists):
-                    ns, st, _ = c.request("GET", "/v4.0.0/libpod/containers/json?all=true")
-                    assert st == 200, (arm, st)
-                    samples[arm]["list"].append(ns)
-                for _ in range(a.creates):
-                    ns, st, body = c.request("POST", "/v4.0.0/libpod/containers/create", spec)
-                    assert st == 201, (arm, st, body)
-                    created.append(json.loads(body)["Id"])
-                    samples[arm]["create"].append(ns)
-                c.close()
+            conns = {arm: Conn(arms[arm]) for arm in names}
+            got = {arm: {k: [] for k in kinds} for arm in names}
+            for kind, (method, path, body, want, n) in kinds.items():
+                # The arms take turns every `batch` requests (the order
+                # rotating), so a burst of load on the machine falls on all
+                # three alike.
+                done, turn = 0, 0
+                while done < n:
+                    step = min(batch if kind != "create" else 1, n - done)
+                    order = names[turn % 3:] + names[:turn % 3]
+                    for arm in order:
+                        for _ in range(step):
+                            ns, st, rb = conns[arm].request(method, path, body)
+                            assert st == want, (arm, kind, st, rb[:200])
+                            if kind == "create":
+                                created.append(json.loads(rb)["Id"])
+                            got[arm][kind].append(ns)
+                    done += step
+                    turn += 1
+            for arm in names:
+                conns[arm].close()
+                for kind in kinds:
+                    samples[arm][kind] += got[arm][kind]
+                    per_round[arm][kind].append(statistics.median(got[arm][kind]))
             # creates removed between rounds, untimed, so the list stays the same size
             c = Conn(engine)
             while created:
                 c.request("DELETE", "/v4.0.0/libpod/containers/%s?force=true" % created.pop())
             c.close()
         result = {}
-        print("%-14s %-7s %10s %10s %8s" % ("arm", "request", "p50 us", "p90 us", "vs direct"))
-        for kind in ("ping", "list", "create"):
-            d50 = statistics.median(samples["direct"][kind])
+        print("%-14s %-7s %10s %10s %10s %10s" % ("arm", "request", "p50 us", "p90 us", "vs direct",
+                                                  "vs haproxy"))
+        print("  (p50, p90: over all requests; the ratios: the median over rounds of each round's "
+              "p50 ratio)")
+        for kind in kinds:
             for arm in names:
                 xs = sorted(samples[arm][kind])
                 p50 = statistics.median(xs)
                 p90 = xs[int(len(xs) * 0.9)]
-                result.setdefault(arm, {})[kind] = {"p50_us": p50 / 1000, "p90_us": p90 / 1000,
-                                                    "p50_vs_direct": p50 / d50, "n": len(xs)}
-                print("%-14s %-7s %10.1f %10.1f %7.3fx" % (arm, kind, p50 / 1000, p90 / 1000, p50 / d50))
+                vs_d = statistics.median(x / d for x, d in zip(per_round[arm][kind], per_round["direct"][kind]))
+                vs_h = statistics.median(x / h for x, h in zip(per_round[arm][kind], per_round["haproxy"][kind]))
+                result.setdefault(arm, {})[kind] = {
+                    "p50_us": p50 / 1000, "p90_us": p90 / 1000, "n": len(xs),
+                    "p50_vs_direct": vs_d, "p50_vs_haproxy": vs_h,
+                    "round_p50_us": [x / 1000 for x in per_round[arm][kind]]}
+                print("%-14s %-7s %10.1f %10.1f %9.3fx %9.3fx" % (arm, kind, p50 / 1000, p90 / 1000, vs_d, vs_h))
         if a.json:
             with open(a.json, "w") as f:
                 json.dump(result, f, indent=1)

@@ -230,6 +230,23 @@ void Conn::write_upstream(std::string data) {
 }
 
 void Conn::write(uv_pipe_t* p, std::string data, bool to_client) {
+  // Nothing queued on that side: try the write now. A whole write needs no
+  // request (and spares libuv's POLLOUT re-arm, an epoll_ctl per message);
+  // what is left goes through uv_write, behind nothing, so order is kept.
+  if ((to_client ? writes_client_ : writes_up_) == 0) {
+    uv_buf_t b0 = uv_buf_init(data.data(), static_cast<unsigned>(data.size()));
+    int n = uv_try_write(reinterpret_cast<uv_stream_t*>(p), &b0, 1);
+    if (n == static_cast<int>(data.size())) {
+      flow();
+      return;
+    }
+    if (n > 0) {
+      data.erase(0, static_cast<size_t>(n));
+    } else if (n != UV_EAGAIN) {
+      close();
+      return;
+    }
+  }
   auto* w = new WriteReq{{}, std::move(data), this, to_client};
   w->req.data = w;
   uv_buf_t b = uv_buf_init(w->data.data(), static_cast<unsigned>(w->data.size()));

@@ -389,28 +389,30 @@ constexpr Entry kTable[] = {
 // Matches `s` against a table pattern: literal bytes, `{}` for one or more
 // bytes but '/', `{*}` for any bytes (backtracking; patterns have at most two).
 bool match(std::string_view pat, std::string_view s) {
-  while (!pat.empty()) {
-    if (pat.substr(0, 3) == "{*}") {
-      pat.remove_prefix(3);
-      for (size_t k = 0; k <= s.size(); ++k) {
-        if (match(pat, s.substr(k))) return true;
-      }
-      return false;
+  size_t b = pat.find('{');
+  if (b == std::string_view::npos) return pat == s;
+  if (s.size() < b || s.substr(0, b) != pat.substr(0, b)) return false;
+  pat.remove_prefix(b);
+  s.remove_prefix(b);
+  if (pat.substr(0, 3) == "{*}") {
+    pat.remove_prefix(3);
+    size_t lit = pat.find('{');
+    if (lit == std::string_view::npos) {  // the usual case: a literal tail
+      return s.size() >= pat.size() && s.substr(s.size() - pat.size()) == pat;
     }
-    if (pat.substr(0, 2) == "{}") {
-      pat.remove_prefix(2);
-      size_t k = 0;
-      while (k < s.size() && s[k] != '/') ++k;
-      for (size_t n = k; n >= 1; --n) {
-        if (match(pat, s.substr(n))) return true;
-      }
-      return false;
+    std::string_view head = pat.substr(0, lit);
+    for (size_t k = s.find(head); k != std::string_view::npos; k = s.find(head, k + 1)) {
+      if (match(pat, s.substr(k))) return true;
     }
-    if (s.empty() || s[0] != pat[0]) return false;
-    pat.remove_prefix(1);
-    s.remove_prefix(1);
+    return false;
   }
-  return s.empty();
+  pat.remove_prefix(2);  // "{}"
+  size_t k = 0;
+  while (k < s.size() && s[k] != '/') ++k;
+  for (size_t n = k; n >= 1; --n) {
+    if (match(pat, s.substr(n))) return true;
+  }
+  return false;
 }
 
 uint8_t method_bit(std::string_view m) {
