@@ -615,6 +615,10 @@ def t_provision_templates(tmp, up):
     assert r.stdout.split() == ["--ignore-cgroups", "--host-uds=all", "--allow-flag-override", "create", "x"]
     conf = open(os.path.join(prov, "runsc.conf.in")).read()
     assert 'runtime = "runsc-fy"' in conf and "@RUNSC_FY@" in conf
+    # podman >= 5's platform table (wasi/wasm -> crun-wasm) is sent to runsc-fy
+    table = conf.split("[engine.platform_to_oci_runtime]", 1)[1]
+    for plat in ("wasi/wasm", "wasi/wasm32", "wasi/wasm64"):
+        assert '"%s" = "runsc-fy"' % plat in table, plat
     unit = open(os.path.join(prov, "podman-runsc-filter.service.in")).read()
     assert "podman-runsc.sock %t/podman/podman-runsc-filtered.sock" in unit
 
