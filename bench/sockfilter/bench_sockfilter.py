@@ -115,8 +115,14 @@ def main():
         if not shutil.which(tool):
             print("SKIP: %s is not installed" % tool)
             return 77
-    ensure_image()
     tmp = tempfile.mkdtemp(prefix="fy-sf-bench-%d-" % os.getpid())
+    # A storage of its own: the list is of this run's containers only (the
+    # machine's shared storage holds other engineers' containers, whose
+    # namespaces this engine's mount namespace cannot join), and the same size
+    # in every round.
+    storage = ["--root", os.path.join(tmp, "root"), "--runroot", os.path.join(tmp, "runroot"),
+               "--storage-driver", "vfs"]
+    ensure_image(storage)
     wrapper = os.path.join(tmp, "runsc-fy")
     with open(wrapper, "w") as f:
         f.write("#!/bin/sh\nexec %s --ignore-cgroups --network=none \"$@\"\n" % shutil.which("runsc"))
@@ -138,7 +144,7 @@ def main():
         procs.append(subprocess.Popen(
             ["unshare", "-m", "--propagation", "private", "sh", "-c",
              "umount -l /sys/fs/cgroup && mount -t cgroup2 none /sys/fs/cgroup && "
-             "exec podman system service --time=0 unix://" + engine],
+             "exec podman " + " ".join(storage) + " system service --time=0 unix://" + engine],
             env=dict(os.environ, CONTAINERS_CONF=conf), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         for _ in range(300):
             if os.path.exists(engine):

@@ -66,8 +66,11 @@ def http(sock, method, path, body=None):
     return status, rest
 
 
-def ensure_image():
-    if subprocess.run(["podman", "image", "exists", IMAGE]).returncode == 0:
+def ensure_image(storage=()):
+    """The test image in the default storage, or in the one `storage` (podman
+    --root/--runroot arguments) names."""
+    pod = ["podman"] + list(storage)
+    if subprocess.run(pod + ["image", "exists", IMAGE]).returncode == 0:
         return
     tmp = tempfile.mkdtemp(prefix="fy-sf-img-")
     try:
@@ -80,7 +83,7 @@ def ensure_image():
                 info.linkname = "busybox"
                 tar.addfile(info)
         with open(tar_path, "rb") as f:
-            subprocess.run(["podman", "import", "-", IMAGE], stdin=f, check=True, capture_output=True, timeout=120)
+            subprocess.run(pod + ["import", "-", IMAGE], stdin=f, check=True, capture_output=True, timeout=120)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
