@@ -48,6 +48,15 @@ backend podman
 """
 
 
+def cpu_ns(pid):
+    """CPU time a process has run, all its threads, in ns (schedstat)."""
+    total = 0
+    for t in os.listdir("/proc/%d/task" % pid):
+        with open("/proc/%d/task/%s/schedstat" % (pid, t)) as f:
+            total += int(f.read().split()[0])
+    return total
+
+
 class Conn:
     def __init__(self, path):
         self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -150,9 +159,10 @@ def main():
             if os.path.exists(engine):
                 break
             time.sleep(0.05)
-        procs.append(subprocess.Popen([a.filter, engine, filtered, "--log-level", "warn"]))
-        procs.append(subprocess.Popen(["haproxy", "-f", os.path.join(tmp, "haproxy.cfg")],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        flt = subprocess.Popen([a.filter, engine, filtered, "--log-level", "warn"])
+        hap_p = subprocess.Popen(["haproxy", "-f", os.path.join(tmp, "haproxy.cfg")],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        procs += [flt, hap_p]
         arms = {"direct": engine, "fy-sockfilter": filtered, "haproxy": hap}
         for path in arms.values():
             for _ in range(300):
@@ -173,6 +183,7 @@ def main():
         per_round = {arm: {k: [] for k in kinds} for arm in arms}  # each round's p50
         names = list(arms)
         batch = max(1, a.batch)
+        cpu0 = {"fy-sockfilter": cpu_ns(flt.pid), "haproxy": cpu_ns(hap_p.pid)}
         for rnd in range(a.rounds):
             conns = {arm: Conn(arms[arm]) for arm in names}
             got = {arm: {k: [] for k in kinds} for arm in names}
@@ -203,7 +214,14 @@ def main():
             while created:
                 c.request("DELETE", "/v4.0.0/libpod/containers/%s?force=true" % created.pop())
             c.close()
-        result = {}
+        # The proxies' own CPU per request (not their latency: what they
+        # spend, whatever the machine's load does to the wake-ups).
+        nreq = sum(len(samples["direct"][k]) for k in kinds)
+        cpu = {arm: (cpu_ns(p.pid) - cpu0[arm]) / nreq / 1000
+               for arm, p in (("fy-sockfilter", flt), ("haproxy", hap_p))}
+        result = {"cpu_us_per_request": cpu}
+        print("CPU per request (all kinds, %d requests per arm): fy-sockfilter %.1f us, haproxy %.1f us"
+              % (nreq, cpu["fy-sockfilter"], cpu["haproxy"]))
         print("%-14s %-7s %10s %10s %10s %10s" % ("arm", "request", "p50 us", "p90 us", "vs direct",
                                                   "vs haproxy"))
         print("  (p50, p90: over all requests; the ratios: the median over rounds of each round's "
