@@ -130,7 +130,7 @@ def main():
     # namespaces this engine's mount namespace cannot join), and the same size
     # in every round.
     storage = ["--root", os.path.join(tmp, "root"), "--runroot", os.path.join(tmp, "runroot"),
-               "--storage-driver", "vfs"]
+               "--tmpdir", os.path.join(tmp, "libpod-tmp"), "--storage-driver", "vfs"]
     ensure_image(storage)
     wrapper = os.path.join(tmp, "runsc-fy")
     with open(wrapper, "w") as f:

@@ -97,8 +97,13 @@ def main():
     if not BIN:
         print("FY_SOCKFILTER is not set")
         return 1
-    ensure_image()
     tmp = tempfile.mkdtemp(prefix="fy-sf-live-%d-" % os.getpid())
+    # A storage of its own: the machine's shared one holds other engineers'
+    # containers, some with network namespaces mounted only in their mount
+    # namespaces, which make this engine's lookups (rm, attach) fail.
+    storage = ["--root", os.path.join(tmp, "root"), "--runroot", os.path.join(tmp, "runroot"),
+               "--tmpdir", os.path.join(tmp, "libpod-tmp"), "--storage-driver", "vfs"]
+    ensure_image(storage)
     src = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     wrapper = os.path.join(tmp, "runsc-fy")
     with open(os.path.join(src, "provision", "runsc-fy.in")) as f:
@@ -118,7 +123,7 @@ def main():
     env = dict(os.environ, CONTAINERS_CONF=conf)
     eng = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sh", "-c",
                             "umount -l /sys/fs/cgroup && mount -t cgroup2 none /sys/fs/cgroup && "
-                            "exec podman system service --time=0 unix://" + engine],
+                            "exec podman " + " ".join(storage) + " system service --time=0 unix://" + engine],
                            env=env, stdout=subprocess.DEVNULL, stderr=open(os.path.join(tmp, "engine.log"), "w"))
     flt = None
     names = []
