@@ -152,6 +152,14 @@ runtime = "runsc-fy"
 [engine.runtimes]
 runsc-fy = ["/usr/local/libexec/fy/runsc-fy"]
 
+# podman >= 5 sends wasi/wasm images to crun-wasm (crun, outside gVisor)
+# before its default runtime: those platforms go to runsc-fy too
+# (lifecycle/sockfilter/provision/runsc.conf.in, docs/fy-sockfilter.md).
+[engine.platform_to_oci_runtime]
+"wasi/wasm" = "runsc-fy"
+"wasi/wasm32" = "runsc-fy"
+"wasi/wasm64" = "runsc-fy"
+
 [containers]
 label = false
 __FY_RUNSC_CONF__

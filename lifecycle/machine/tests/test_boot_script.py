@@ -56,6 +56,10 @@ class Boot(unittest.TestCase):
                                text.rindex("reload-or-restart"))
         g, _ = render(41000, "gvisor")
         self.assertIn("podman-runsc-filter.service", g)
+        # podman >= 5's platform table cannot send an image to crun-wasm
+        conf = g.split("<<'__FY_RUNSC_CONF__'", 1)[1].split("__FY_RUNSC_CONF__", 1)[0]
+        for plat in ("wasi/wasm", "wasi/wasm32", "wasi/wasm64"):
+            self.assertIn('"%s" = "runsc-fy"' % plat, conf.split("[engine.platform_to_oci_runtime]", 1)[1])
         self.assertIn("visudo -cf", g)
         self.assertIn("NOPASSWD:/sbin/shutdown -h now", g)
 
