@@ -11,6 +11,7 @@
 #include "core/stamp.h"
 #include "core/text.h"
 #include "core/json.h"
+#include "proxy/http/answers.h"
 #include "proxy/http/rewrite.h"
 #include "proxy/inject/build_tokens.h"
 #include "proxy/inject/redact.h"
@@ -31,12 +32,6 @@ struct DnsQuery {
 namespace {
 
 constexpr size_t kMaxStash = 64 * 1024;
-
-constexpr const char* kRefusalBody =
-    "refused by the foldyard allowlist - grant it on your computer: `fy allow add {}`\n";
-const char* kClaimBody =
-    "refused by the foldyard proxy - the request's Host header names a different host than the "
-    "one it is sent to\n";
 
 const char* errc_kind(Errc e) {
   switch (e) {
@@ -412,11 +407,7 @@ void Connection::on_request_head(std::string_view head) {
   ex_.client_keep_alive = req_head_.keep_alive;
   if (attribution_ == netlog::Attribution::unattributed && srv_.policy().require_attribution()) {
     ++srv_.metrics().refused_unattributed;
-    answer(403,
-           "refused by the foldyard proxy - this connection carries no valid stamp from the "
-           "forwarder, and the policy requires one (attribution = \"require\"): send it through "
-           "fy-forwarder\n",
-           true);
+    answer(answers::unattributed(), true);
     return;
   }
   if (!in_connect_) note_build_claim();
@@ -441,7 +432,7 @@ void Connection::on_request_head(std::string_view head) {
       if (!hp || *hp != dest) {
         ++srv_.metrics().refused_claim;
         ex_.row.host = dest.key(policy::default_port(kind));
-        answer(403, kClaimBody, !req_parser_.message_complete());
+        answer(answers::claim(), !req_parser_.message_complete());
         return;
       }
     } else if (target.empty() || (target[0] != '/' && target != "*")) {
@@ -451,11 +442,7 @@ void Connection::on_request_head(std::string_view head) {
   } else {
     std::string_view scheme, authority;
     if (!split_absolute(target, &scheme, &authority, &path)) {
-      answer(400,
-             "foldyard's proxy refused this request: it is a proxy, so requests name their "
-             "destination in absolute form (GET http://host/path HTTP/1.1) or use CONNECT "
-             "host:port\n",
-             true);
+      answer(answers::origin_form(), true);
       ++srv_.metrics().bad_requests;
       return;
     }
@@ -464,16 +451,13 @@ void Connection::on_request_head(std::string_view head) {
     } else if (iequals(scheme, "https")) {
       kind = policy::Kind::https;
     } else {
-      answer(400, fmt::format("foldyard's proxy refused this request: the scheme '{}' is not "
-                              "served; use http:// or CONNECT\n",
-                              scheme),
-             true);
+      answer(answers::bad_scheme(scheme), true);
       ++srv_.metrics().bad_requests;
       return;
     }
     auto hp = parse_authority(authority, policy::default_port(kind));
     if (!hp) {
-      answer(400, "foldyard's proxy refused this request: " + hp.error().message + "\n", true);
+      answer(answers::bad_authority(hp.error().message), true);
       ++srv_.metrics().bad_requests;
       return;
     }
@@ -489,7 +473,7 @@ void Connection::on_request_head(std::string_view head) {
     auto hp = parse_authority(*host, policy::default_port(kind));
     if (!hp || hp->host != dest.host || hp->port != dest.port) {
       ++srv_.metrics().refused_claim;
-      answer(403, kClaimBody, !req_parser_.message_complete());
+      answer(answers::claim(), !req_parser_.message_complete());
       return;
     }
   } else if (req_head_.http_minor >= 1) {
@@ -508,11 +492,7 @@ void Connection::on_request_head(std::string_view head) {
     if (const inject::Overlap* ov = rules.overlap_for(dest.host, path)) {
       ++srv_.metrics().overlaps;
       ex_.row.overlap = true;
-      answer_json(502,
-                  fmt::format("foldyard did not send this request: {} (on your computer: the mode "
-                              "can't be changed from the box)",
-                              ov->message),
-                  !req_parser_.message_complete());
+      answer(answers::overlap(ov->message), !req_parser_.message_complete());
       return;
     }
     if (dest.port == 443 && sni_ == dest.host) rule = rules.rule_for(dest.host, path);
@@ -523,7 +503,7 @@ void Connection::on_request_head(std::string_view head) {
         // would; nothing goes upstream.
         ++srv_.metrics().held;
         ex_.row.held = held->axis;
-        answer(401, held->body, !req_parser_.message_complete(), "application/json");
+        answer(answers::held(held->body), !req_parser_.message_complete());
         return;
       }
     }
@@ -709,38 +689,22 @@ void Connection::replay_after_401() {
   arm_timer();
 }
 
-void Connection::answer_json(int status, const std::string& message, bool close_after) {
-  std::string body = "{\"message\":";
-  json_append_string(body, message);
-  body += "}";
-  answer(status, body, close_after, "application/json");
-}
-
 void Connection::answer_mint_failure(const std::string& reason, bool after_401) {
   ++srv_.metrics().mint_failures;
   ex_.row.mint_failed = true;
-  std::string host = ex_.dest.host;
-  answer_json(502,
-              after_401
-                  ? fmt::format("foldyard could not mint a credential for {} after it refused the "
-                                "one this request carried (401): {} (on your computer, `fy host "
-                                "logs` has the details)",
-                                host, reason)
-                  : fmt::format("foldyard could not mint a credential for {}, so this request was "
-                                "not sent: {} (on your computer, `fy host logs` has the details)",
-                                host, reason),
-              !req_parser_.message_complete() || req_ == Req::body);
+  answer(answers::mint_failed(ex_.dest.host, reason, after_401),
+         !req_parser_.message_complete() || req_ == Req::body);
 }
 
 void Connection::answer_proxy_auth(const std::string& key) {
   // The destination is open to builds: ask for the build's credential (git
   // sends the one in its proxy URL only after this challenge).
   ++srv_.metrics().proxy_auth_challenges;
+  answers::Reply r = answers::build_challenge(key);
   http::Answer a;
-  a.status = 407;
-  a.headers.emplace_back("Proxy-Authenticate", "Basic realm=\"foldyard build\"");
-  a.body = fmt::format(fmt::runtime(kRefusalBody), key) +
-           "(this host is open to builds: a build proves itself with fy-build:<secret>)\n";
+  a.status = r.status;
+  a.headers.emplace_back(answers::kBuildChallengeHeader, answers::kBuildChallengeValue);
+  a.body = std::move(r.body);
   a.close = req_head_.method_id != HTTP_CONNECT && !req_parser_.message_complete();
   ex_.row.blocked = true;
   std::string out;
@@ -763,10 +727,7 @@ void Connection::answer_proxy_auth(const std::string& key) {
 void Connection::handle_connect() {
   auto hp = parse_authority(req_head_.target, 0);
   if (!hp) {
-    answer(400,
-           "foldyard's proxy refused this CONNECT: " + hp.error().message +
-               " (write CONNECT host:port)\n",
-           true);
+    answer(answers::bad_connect(hp.error().message), true);
     ++srv_.metrics().bad_requests;
     return;
   }
@@ -779,7 +740,7 @@ void Connection::handle_connect() {
     auto hh = parse_authority(*host, hp->port);
     if (!hh || *hh != *hp) {
       ++srv_.metrics().refused_claim;
-      answer(403, kClaimBody, true);
+      answer(answers::claim(), true);
       return;
     }
   }
@@ -1430,27 +1391,22 @@ void Connection::fail_exchange(Errc kind, const std::string& reason, const std::
   ex_.row.error = reason;
   // Out of descriptors (connect_next) is the proxy's own failure: 503, the
   // request may be retried.
-  int status = kind == Errc::timeout ? 504 : out_of_files_ ? 503 : 502;
+  answers::Reply r = kind == Errc::timeout ? answers::upstream_timeout(dest, reason)
+                     : out_of_files_        ? answers::out_of_files(dest, reason)
+                                            : answers::upstream_failed(dest, reason);
   out_of_files_ = false;
-  std::string body =
-      status == 504 ? fmt::format("foldyard's proxy timed out reaching {}: {}\n", dest, reason)
-      : status == 503
-          ? fmt::format("foldyard's proxy could not open a connection to {}: {}. Retry shortly; "
-                        "on the host, raise the proxy's open-file limit (systemd: LimitNOFILE=; "
-                        "a shell: ulimit -n) or lower --max-connections\n",
-                        dest, reason)
-          : fmt::format("foldyard's proxy could not reach {}: {}\n", dest, reason);
-  answer(status, body, req_ != Req::done || ex_.upgrade || !req_parser_.message_complete());
+  answer(std::move(r), req_ != Req::done || ex_.upgrade || !req_parser_.message_complete());
 }
 
 // ---------------------------------------------------------------------------
 // Answers and rows
 
-void Connection::answer(int status, std::string body, bool close_after, std::string content_type) {
+void Connection::answer(answers::Reply reply, bool close_after) {
   http::Answer a;
-  a.status = status;
-  a.body = std::move(body);
-  a.content_type = std::move(content_type);
+  a.status = reply.status;
+  a.body = std::move(reply.body);
+  a.content_type = reply.content_type;
+  int status = a.status;
   if (cred_ticket_) {
     srv_.credentials().cancel(cred_ticket_);
     cred_ticket_ = 0;
@@ -1484,11 +1440,7 @@ void Connection::answer_parse_error(const http::ParseError& e) {
   if (e.status == 431 || e.status == 400 || e.status == 501 || e.status == 505)
     ++srv_.metrics().bad_requests;
   ex_.row.error = "client: " + e.reason;
-  answer(e.status,
-         fmt::format("foldyard's proxy refused this request: {}. Send a well-formed HTTP/1.1 "
-                     "request.\n",
-                     e.reason),
-         /*close_after=*/true);
+  answer(answers::bad_head(e.status, e.reason), /*close_after=*/true);
 }
 
 void Connection::refuse(const std::string& key) {
@@ -1498,7 +1450,7 @@ void Connection::refuse(const std::string& key) {
   // Refused at CONNECT time: no dial, no TLS. A plain request with a body
   // left unread closes the connection.
   bool close_after = req_head_.method_id == HTTP_CONNECT || !req_parser_.message_complete();
-  answer(403, fmt::format(fmt::runtime(kRefusalBody), key), close_after);
+  answer(answers::allowlist(key), close_after);
 }
 
 void Connection::log_would_block(const std::string& key, std::string_view method) {
@@ -1830,11 +1782,7 @@ void Connection::handle_timer() {
       begin_row("");
       bind_first_head(std::string_view(), nullptr);
       ex_.row.error = "client: the request head did not arrive in time";
-      answer(408,
-             fmt::format("foldyard's proxy closed this connection: the request head did not "
-                         "arrive within {} s\n",
-                         lim.head_timeout_ms / 1000),
-             true);
+      answer(answers::head_timeout(lim.head_timeout_ms / 1000), true);
       return;
     case Phase::idle: close("idle"); return;
     case Phase::opaque_probe: start_tunnel(TunnelKind::opaque); return;  // server speaks first

@@ -25,6 +25,7 @@
 
 #include "core/buffer.h"
 #include "core/net.h"
+#include "proxy/http/answers.h"
 #include "proxy/http/parser.h"
 #include "proxy/inject/rules.h"
 #include "proxy/inject/store.h"
@@ -148,7 +149,6 @@ class Connection final : public StreamHandler {
               std::string_view target);
   void on_credential(const inject::MintOutcome& out);
   bool holds_dummy(const inject::Held& held, std::string_view target) const;
-  void answer_json(int status, const std::string& message, bool close_after);
   void answer_mint_failure(const std::string& reason, bool after_401);
   void answer_proxy_auth(const std::string& key);
   void note_build_claim();
@@ -186,8 +186,10 @@ class Connection final : public StreamHandler {
   bool retry_on_fresh_origin();
 
   // Answers and rows.
-  void answer(int status, std::string body, bool close_after,
-              std::string content_type = "text/plain; charset=utf-8");
+  // Writes `reply` (the answers catalogue's), writes the exchange's row and
+  // resets the exchange; closes (lingers) after it when `close_after`, when
+  // draining, or when the client will not keep the connection alive.
+  void answer(answers::Reply reply, bool close_after);
   void answer_parse_error(const http::ParseError& e);
   void refuse(const std::string& key);
   void log_would_block(const std::string& key, std::string_view method);
