@@ -31,6 +31,7 @@
 #include "proxy/inject/store.h"
 #include "proxy/io/stream.h"
 #include "proxy/netlog/row.h"
+#include "proxy/policy/admission.h"
 #include "proxy/policy/pattern.h"
 #include "proxy/server/deadline.h"
 
@@ -136,8 +137,15 @@ class Connection final : public StreamHandler {
   void on_client_bytes(const ChunkRef& c, const char* p, size_t n);
   void process_client(const ChunkRef& c, const char* p, size_t n);
   void on_request_head(std::string_view head);
-  void handle_connect();
+  // The facts admission reads of this connection.
+  admission::Principal principal() const;
+  admission::BuildProof build_proof() const;
+  // Apply admission's Decision for a request head / the first bytes after a
+  // CONNECT's 200; they ask nothing of the policy themselves.
+  void apply_request(const admission::Decision& d);
+  void establish(const admission::Decision& d);
   void on_hello_bytes(const char* p, size_t n);
+  void apply_hello(const admission::Decision& d);
   void start_tunnel(TunnelKind kind);
   void start_decrypt(const std::string& sni);
   // Sends the request head upstream (dialling when needed); `token`, when
@@ -148,9 +156,8 @@ class Connection final : public StreamHandler {
   void inject(const inject::Rule& rule, const HostPort& dest, policy::Kind kind,
               std::string_view target);
   void on_credential(const inject::MintOutcome& out);
-  bool holds_dummy(const inject::Held& held, std::string_view target) const;
   void answer_mint_failure(const std::string& reason, bool after_401);
-  void answer_proxy_auth(const std::string& key);
+  void answer_proxy_auth(const std::string& key, bool close_after);
   void note_build_claim();
   void keep_head(std::string_view head);
   // Copies body bytes that went upstream while the exchange may be re-issued
@@ -191,7 +198,7 @@ class Connection final : public StreamHandler {
   // draining, or when the client will not keep the connection alive.
   void answer(answers::Reply reply, bool close_after);
   void answer_parse_error(const http::ParseError& e);
-  void refuse(const std::string& key);
+  void refuse(const std::string& key, bool close_after);
   void log_would_block(const std::string& key, std::string_view method);
   void begin_row(std::string_view method);
   void fill_row(netlog::Row& row);
