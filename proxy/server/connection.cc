@@ -16,6 +16,7 @@
 #include "proxy/inject/build_tokens.h"
 #include "proxy/inject/redact.h"
 #include "proxy/policy/admission.h"
+#include "proxy/policy/stamp_binding.h"
 #include "proxy/server/origin_pool.h"
 #include "proxy/server/server.h"
 #include "proxy/tls/client_hello.h"
@@ -1439,59 +1440,39 @@ void Connection::bind_first_head(std::string_view raw, const http::Head* parsed)
   first_head_ = false;
   const std::string& key = srv_.stamp_key();
   if (key.empty()) return;  // attribution not expected
-  attribution_ = netlog::Attribution::unattributed;
-  std::string_view value;
-  size_t count = 0;
-  if (parsed) {
-    for (const http::Header& h : parsed->headers) {
-      if (stamp::is_stamp_header(h.name)) {
-        value = h.value;
-        ++count;
-      }
-    }
-  } else {
-    // A head llhttp refused (an unknown method, say) or none at all. The
-    // forwarder only passes canonical heads (CRLF lines, "Name: value"), so a
-    // line scan finds its stamp the same way the parser would.
-    for (size_t at = raw.find("\r\n"); at != std::string_view::npos;) {
-      size_t start = at + 2;
-      size_t end = raw.find("\r\n", start);
-      if (end == std::string_view::npos) break;
-      std::string_view line = raw.substr(start, end - start);
-      size_t colon = line.find(':');
-      if (colon != std::string_view::npos && stamp::is_stamp_header(line.substr(0, colon))) {
-        value = trim_ows(line.substr(colon + 1));
-        ++count;
-      }
-      at = end;
-    }
+  // A head llhttp refused (an unknown method, say), or none at all, is
+  // scanned line by line (stamp_binding.h says why that finds the stamp).
+  stamp_binding::Found found =
+      parsed ? stamp_binding::find(parsed->headers) : stamp_binding::scan_raw(raw);
+  stamp_binding::Binding b = stamp_binding::bind(found, key, srv_.replay_guard());
+  attribution_ = b.attribution;
+  switch (b.outcome) {
+    case stamp_binding::Outcome::not_expected: return;
+    case stamp_binding::Outcome::none: ++srv_.metrics().unattributed; return;
+    case stamp_binding::Outcome::several:
+      ++srv_.metrics().stamps_invalid;
+      ++srv_.metrics().unattributed;
+      return;
+    case stamp_binding::Outcome::invalid:
+      ++srv_.metrics().stamps_invalid;
+      ++srv_.metrics().unattributed;
+      log::info("c{} {} from {}: recorded as unattributed", id_, b.error, peer_);
+      return;
+    case stamp_binding::Outcome::replayed:
+      ++srv_.metrics().stamps_replayed;
+      ++srv_.metrics().unattributed;
+      log::info("c{} stamp seq {} of boot {} was already used: recorded as unattributed", id_,
+                b.fields.seq, b.fields.boot);
+      return;
+    case stamp_binding::Outcome::valid:
+      ++srv_.metrics().stamps_valid;
+      st_src_ = std::move(b.fields.src);
+      st_net_ = std::move(b.fields.net);
+      st_who_ = std::move(b.fields.who);
+      st_seq_ = b.fields.seq;
+      st_boot_ = std::move(b.fields.boot);
+      return;
   }
-  if (count != 1) {
-    if (count > 1) ++srv_.metrics().stamps_invalid;
-    ++srv_.metrics().unattributed;
-    return;
-  }
-  auto f = stamp::verify(value, key);
-  if (!f) {
-    ++srv_.metrics().stamps_invalid;
-    ++srv_.metrics().unattributed;
-    log::info("c{} {} from {}: recorded as unattributed", id_, f.error().message, peer_);
-    return;
-  }
-  if (!srv_.replay_guard().accept(f->boot, f->seq)) {
-    ++srv_.metrics().stamps_replayed;
-    ++srv_.metrics().unattributed;
-    log::info("c{} stamp seq {} of boot {} was already used: recorded as unattributed", id_,
-              f->seq, f->boot);
-    return;
-  }
-  ++srv_.metrics().stamps_valid;
-  attribution_ = netlog::Attribution::attributed;
-  st_src_ = f->src;
-  st_net_ = f->net;
-  st_who_ = f->who;
-  st_seq_ = f->seq;
-  st_boot_ = f->boot;
 }
 
 // ---------------------------------------------------------------------------
