@@ -12,6 +12,11 @@
 //   tunnel     bytes both ways (passthrough, opaque, or after a 101)
 //   lingering  answered and shut down: discard input until EOF, then close
 //
+// Decisions: whether a request, a CONNECT or a tunnel may go on, and how, is
+// admission's (proxy/policy/admission.h, pure); this class gathers the facts,
+// applies the Decision and records it (metrics, log lines, Network Log rows).
+// The texts it answers with are the answers catalogue's (proxy/http/answers.h).
+//
 // Ownership: the Server allocates a Connection per accepted socket. The
 // Connection owns its client Stream and timer by value and its origin Stream
 // by pointer (a retired origin closes and frees itself). close() is the one
