@@ -23,6 +23,8 @@
 #include <string_view>
 #include <vector>
 
+#include "proxy/http/header.h"
+
 namespace fy::http {
 
 struct Limits {
@@ -33,11 +35,6 @@ struct Limits {
 struct ParseError {
   int status = 400;     // what to answer
   std::string reason;   // for the client body and the log
-};
-
-struct Header {
-  std::string_view name;
-  std::string_view value;
 };
 
 struct Head {

@@ -11,9 +11,12 @@
 #include "core/stamp.h"
 #include "core/text.h"
 #include "core/json.h"
+#include "proxy/http/answers.h"
 #include "proxy/http/rewrite.h"
 #include "proxy/inject/build_tokens.h"
 #include "proxy/inject/redact.h"
+#include "proxy/policy/admission.h"
+#include "proxy/policy/stamp_binding.h"
 #include "proxy/server/origin_pool.h"
 #include "proxy/server/server.h"
 #include "proxy/tls/client_hello.h"
@@ -31,12 +34,6 @@ struct DnsQuery {
 namespace {
 
 constexpr size_t kMaxStash = 64 * 1024;
-
-constexpr const char* kRefusalBody =
-    "refused by the foldyard allowlist - grant it on your computer: `fy allow add {}`\n";
-const char* kClaimBody =
-    "refused by the foldyard proxy - the request's Host header names a different host than the "
-    "one it is sent to\n";
 
 const char* errc_kind(Errc e) {
   switch (e) {
@@ -56,19 +53,6 @@ bool looks_like_http(std::string_view s) {
   size_t i = 0;
   while (i < s.size() && i < 16 && s[i] >= 'A' && s[i] <= 'Z') ++i;
   return i > 0 && i < s.size() && s[i] == ' ';
-}
-
-// Splits an absolute-form target "http://authority/path?q" into its parts.
-bool split_absolute(std::string_view target, std::string_view* scheme,
-                    std::string_view* authority, std::string_view* path) {
-  size_t sep = target.find("://");
-  if (sep == std::string_view::npos) return false;
-  *scheme = target.substr(0, sep);
-  std::string_view rest = target.substr(sep + 3);
-  size_t slash = rest.find_first_of("/?");
-  *authority = rest.substr(0, slash);
-  *path = slash == std::string_view::npos ? std::string_view("/") : rest.substr(slash);
-  return !authority->empty() && authority->find('@') == std::string_view::npos;
 }
 
 log::RateLimit g_upstream_log(20, 10'000);
@@ -410,142 +394,107 @@ void Connection::on_request_head(std::string_view head) {
   ex_.method = req_head_.method_id;
   ex_.upgrade = req_head_.upgrade && req_head_.method_id != HTTP_CONNECT;
   ex_.client_keep_alive = req_head_.keep_alive;
-  if (attribution_ == netlog::Attribution::unattributed && srv_.policy().require_attribution()) {
-    ++srv_.metrics().refused_unattributed;
-    answer(403,
-           "refused by the foldyard proxy - this connection carries no valid stamp from the "
-           "forwarder, and the policy requires one (attribution = \"require\"): send it through "
-           "fy-forwarder\n",
-           true);
-    return;
-  }
-  if (!in_connect_) note_build_claim();
+  // The build claim is read unless the principal is refused outright (a
+  // refused connection's claim is not counted).
+  admission::Principal who = principal();
+  if (!in_connect_ && !admission::refuses_principal(who, srv_.policy())) note_build_claim();
+  admission::Inside inside{connect_dest_, inner_kind_, sni_};
+  admission::Request r;
+  r.principal = who;
+  r.build = build_proof();
+  r.inside = in_connect_ ? &inside : nullptr;
+  r.method = req_head_.method;
+  r.target = req_head_.target;
+  r.host = req_head_.get("host");
+  r.http_minor = req_head_.http_minor;
+  r.headers = req_head_.headers;
+  r.message_complete = req_parser_.message_complete();
+  r.now_ms = wall_ms();
+  apply_request(admission::decide_request(r, srv_.policy()));
+}
 
-  if (!in_connect_ && req_head_.method_id == HTTP_CONNECT) {
-    handle_connect();
-    return;
-  }
+admission::Principal Connection::principal() const {
+  return {attribution_, st_src_, st_net_, st_who_};
+}
 
-  // The destination: the CONNECT target for requests inside a tunnel, the
-  // absolute-form URL's authority otherwise. Never the Host header.
-  HostPort dest;
-  policy::Kind kind;
-  std::string_view target = req_head_.target;
-  std::string_view path = target;
-  if (in_connect_) {
-    dest = connect_dest_;
-    kind = inner_kind_;
-    std::string_view scheme, authority;
-    if (split_absolute(target, &scheme, &authority, &path)) {
-      auto hp = parse_authority(authority, policy::default_port(kind));
-      if (!hp || *hp != dest) {
-        ++srv_.metrics().refused_claim;
-        ex_.row.host = dest.key(policy::default_port(kind));
-        answer(403, kClaimBody, !req_parser_.message_complete());
+admission::BuildProof Connection::build_proof() const {
+  return {build_, build_marker_, proxy_auth_seen_};
+}
+
+void Connection::apply_request(const admission::Decision& d) {
+  using admission::Action;
+  using admission::Answer;
+  if (!d.key.empty()) ex_.row.host = d.key;
+  if (d.has_dest) {
+    ex_.dest = d.dest;
+    ex_.kind = d.kind;
+    // A CONNECT's target is the connection's from here (a 407's retry
+    // replaces it), as before the decision moved to admission.
+    if (d.kind == policy::Kind::connect) connect_dest_ = d.dest;
+  }
+  if (d.path) {
+    ex_.row.path = std::string(*d.path);
+    ex_.target = std::string(*d.path);
+  }
+  switch (d.action) {
+    case Action::answer: break;
+    case Action::challenge: answer_proxy_auth(ex_.row.host, d.close_after); return;
+    case Action::establish: establish(d); return;
+    case Action::forward:
+      if (d.would_block) log_would_block(ex_.row.host, req_head_.method);
+      if (d.rule) {
+        inject(*d.rule, ex_.dest, ex_.kind, ex_.target);
         return;
       }
-    } else if (target.empty() || (target[0] != '/' && target != "*")) {
-      answer_parse_error({400, "the request target is not a path"});
+      forward_request(ex_.dest, ex_.kind, ex_.target);
       return;
-    }
-  } else {
-    std::string_view scheme, authority;
-    if (!split_absolute(target, &scheme, &authority, &path)) {
-      answer(400,
-             "foldyard's proxy refused this request: it is a proxy, so requests name their "
-             "destination in absolute form (GET http://host/path HTTP/1.1) or use CONNECT "
-             "host:port\n",
-             true);
-      ++srv_.metrics().bad_requests;
+    default:
+      // decide_request answers only the actions above.
+      close("admission returned no request action");
       return;
-    }
-    if (iequals(scheme, "http")) {
-      kind = policy::Kind::cleartext;
-    } else if (iequals(scheme, "https")) {
-      kind = policy::Kind::https;
-    } else {
-      answer(400, fmt::format("foldyard's proxy refused this request: the scheme '{}' is not "
-                              "served; use http:// or CONNECT\n",
-                              scheme),
-             true);
-      ++srv_.metrics().bad_requests;
-      return;
-    }
-    auto hp = parse_authority(authority, policy::default_port(kind));
-    if (!hp) {
-      answer(400, "foldyard's proxy refused this request: " + hp.error().message + "\n", true);
-      ++srv_.metrics().bad_requests;
-      return;
-    }
-    dest = std::move(*hp);
   }
-  ex_.dest = dest;
-  ex_.kind = kind;
-  ex_.row.host = dest.key(policy::default_port(kind));
-  ex_.row.path = std::string(path);
-
-  // The claim check: a Host header must name the destination.
-  if (auto host = req_head_.get("host")) {
-    auto hp = parse_authority(*host, policy::default_port(kind));
-    if (!hp || hp->host != dest.host || hp->port != dest.port) {
+  switch (d.answer) {
+    case Answer::unattributed:
+      ++srv_.metrics().refused_unattributed;
+      answer(answers::unattributed(), d.close_after);
+      return;
+    case Answer::bad_head: answer_parse_error({400, d.detail}); return;
+    case Answer::origin_form:
+      answer(answers::origin_form(), d.close_after);
+      ++srv_.metrics().bad_requests;
+      return;
+    case Answer::bad_scheme:
+      answer(answers::bad_scheme(d.detail), d.close_after);
+      ++srv_.metrics().bad_requests;
+      return;
+    case Answer::bad_authority:
+      answer(answers::bad_authority(d.detail), d.close_after);
+      ++srv_.metrics().bad_requests;
+      return;
+    case Answer::bad_connect:
+      answer(answers::bad_connect(d.detail), d.close_after);
+      ++srv_.metrics().bad_requests;
+      return;
+    case Answer::claim:
       ++srv_.metrics().refused_claim;
-      answer(403, kClaimBody, !req_parser_.message_complete());
+      answer(answers::claim(), d.close_after);
       return;
-    }
-  } else if (req_head_.http_minor >= 1) {
-    answer_parse_error({400, "an HTTP/1.1 request needs a Host header"});
-    return;
-  }
-
-  ex_.target = std::string(path);
-
-  // Overlap 502 and held 401 come before the wall: the proxy answers them
-  // itself, for HTTPS it decrypted. A credential is injected only when the
-  // destination, the Host and the SNI agree.
-  const inject::Rules& rules = srv_.policy().rules();
-  const inject::Rule* rule = nullptr;
-  if (in_connect_ && kind == policy::Kind::https) {
-    if (const inject::Overlap* ov = rules.overlap_for(dest.host, path)) {
+    case Answer::overlap:
       ++srv_.metrics().overlaps;
       ex_.row.overlap = true;
-      answer_json(502,
-                  fmt::format("foldyard did not send this request: {} (on your computer: the mode "
-                              "can't be changed from the box)",
-                              ov->message),
-                  !req_parser_.message_complete());
+      answer(answers::overlap(d.overlap->message), d.close_after);
       return;
-    }
-    if (dest.port == 443 && sni_ == dest.host) rule = rules.rule_for(dest.host, path);
-    if (!rule) {
-      if (const inject::Held* held = rules.held_for(dest.host, path);
-          held && holds_dummy(*held, path)) {
-        // The switch is off and this is its dummy: answer as the provider
-        // would; nothing goes upstream.
-        ++srv_.metrics().held;
-        ex_.row.held = held->axis;
-        answer(401, held->body, !req_parser_.message_complete(), "application/json");
-        return;
-      }
-    }
-  }
-
-  int64_t now = wall_ms();
-  auto verdict = srv_.policy().judge({dest.host, dest.port, kind, build_}, now);
-  if (verdict == policy::Verdict::block) {
-    if (!in_connect_ && !proxy_auth_seen_ &&
-        srv_.policy().judge({dest.host, dest.port, kind, true}, now) == policy::Verdict::allow) {
-      answer_proxy_auth(ex_.row.host);
+    case Answer::held:
+      // The switch is off and this is its dummy: answer as the provider
+      // would; nothing goes upstream.
+      ++srv_.metrics().held;
+      ex_.row.held = d.held->axis;
+      answer(answers::held(d.held->body), d.close_after);
       return;
-    }
-    refuse(ex_.row.host);
-    return;
+    case Answer::allowlist: refuse(ex_.row.host, d.close_after); return;
+    case Answer::none: break;
   }
-  if (verdict == policy::Verdict::would_block) log_would_block(ex_.row.host, req_head_.method);
-  if (rule) {
-    inject(*rule, dest, kind, ex_.target);
-    return;
-  }
-  forward_request(dest, kind, path);
+  close("admission returned an answer without a kind");
 }
 
 void Connection::note_build_claim() {
@@ -561,39 +510,6 @@ void Connection::note_build_claim() {
     build_ = true;
     ++srv_.metrics().builds;
   }
-}
-
-bool Connection::holds_dummy(const inject::Held& held, std::string_view target) const {
-  auto is_dummy = [&](std::string_view v) {
-    v = trim_ows(v);
-    if (v == held.dummy) return true;
-    if (!held.any_scheme) return false;
-    size_t sp = v.find(' ');
-    if (sp == std::string_view::npos) return false;
-    std::string_view scheme = v.substr(0, sp);
-    for (char ch : scheme)
-      if (ch == ' ' || ch == '\t') return false;
-    return trim_ows(v.substr(sp + 1)) == held.dummy;
-  };
-  if (!held.query_param.empty()) {
-    size_t q = target.find('?');
-    if (q == std::string_view::npos) return false;
-    std::string_view query = target.substr(q + 1);
-    while (!query.empty()) {
-      size_t amp = query.find('&');
-      std::string_view kv = query.substr(0, amp);
-      size_t eq = kv.find('=');
-      if (eq != std::string_view::npos && inject::percent_decode(kv.substr(0, eq)) == held.query_param &&
-          inject::percent_decode(kv.substr(eq + 1)) == held.dummy)
-        return true;
-      if (amp == std::string_view::npos) break;
-      query.remove_prefix(amp + 1);
-    }
-    return false;
-  }
-  for (const http::Header& h : req_head_.headers)
-    if (iequals(h.name, held.header) && is_dummy(h.value)) return true;
-  return false;
 }
 
 void Connection::keep_head(std::string_view head) {
@@ -659,9 +575,11 @@ void Connection::on_credential(const inject::MintOutcome& out) {
               id_, ex_.rule_id);
     ex_.rule_id.clear();
     ex_.row.rule.clear();
-    auto verdict = srv_.policy().judge({ex_.dest.host, ex_.dest.port, ex_.kind, build_}, wall_ms());
-    if (verdict == policy::Verdict::block) {
-      refuse(ex_.row.host);
+    admission::Decision d =
+        admission::decide_unruled(ex_.dest, ex_.kind, build_proof(),
+                                  req_parser_.message_complete(), wall_ms(), srv_.policy());
+    if (d.action != admission::Action::forward) {
+      refuse(ex_.row.host, d.close_after);
       return;
     }
     forward_request(ex_.dest, ex_.kind, ex_.target);
@@ -709,39 +627,23 @@ void Connection::replay_after_401() {
   arm_timer();
 }
 
-void Connection::answer_json(int status, const std::string& message, bool close_after) {
-  std::string body = "{\"message\":";
-  json_append_string(body, message);
-  body += "}";
-  answer(status, body, close_after, "application/json");
-}
-
 void Connection::answer_mint_failure(const std::string& reason, bool after_401) {
   ++srv_.metrics().mint_failures;
   ex_.row.mint_failed = true;
-  std::string host = ex_.dest.host;
-  answer_json(502,
-              after_401
-                  ? fmt::format("foldyard could not mint a credential for {} after it refused the "
-                                "one this request carried (401): {} (on your computer, `fy host "
-                                "logs` has the details)",
-                                host, reason)
-                  : fmt::format("foldyard could not mint a credential for {}, so this request was "
-                                "not sent: {} (on your computer, `fy host logs` has the details)",
-                                host, reason),
-              !req_parser_.message_complete() || req_ == Req::body);
+  answer(answers::mint_failed(ex_.dest.host, reason, after_401),
+         !req_parser_.message_complete() || req_ == Req::body);
 }
 
-void Connection::answer_proxy_auth(const std::string& key) {
+void Connection::answer_proxy_auth(const std::string& key, bool close_after) {
   // The destination is open to builds: ask for the build's credential (git
   // sends the one in its proxy URL only after this challenge).
   ++srv_.metrics().proxy_auth_challenges;
+  answers::Reply r = answers::build_challenge(key);
   http::Answer a;
-  a.status = 407;
-  a.headers.emplace_back("Proxy-Authenticate", "Basic realm=\"foldyard build\"");
-  a.body = fmt::format(fmt::runtime(kRefusalBody), key) +
-           "(this host is open to builds: a build proves itself with fy-build:<secret>)\n";
-  a.close = req_head_.method_id != HTTP_CONNECT && !req_parser_.message_complete();
+  a.status = r.status;
+  a.headers.emplace_back(answers::kBuildChallengeHeader, answers::kBuildChallengeValue);
+  a.body = std::move(r.body);
+  a.close = close_after;
   ex_.row.blocked = true;
   std::string out;
   http::build_answer(out, a);
@@ -760,50 +662,11 @@ void Connection::answer_proxy_auth(const std::string& key) {
   arm_timer();
 }
 
-void Connection::handle_connect() {
-  auto hp = parse_authority(req_head_.target, 0);
-  if (!hp) {
-    answer(400,
-           "foldyard's proxy refused this CONNECT: " + hp.error().message +
-               " (write CONNECT host:port)\n",
-           true);
-    ++srv_.metrics().bad_requests;
-    return;
-  }
-  connect_dest_ = *hp;
-  ex_.dest = *hp;
-  ex_.kind = policy::Kind::connect;
-  ex_.row.host = hp->key(443);
-  if (auto host = req_head_.get("host")) {
-    // A CONNECT's Host, when sent, names the same authority.
-    auto hh = parse_authority(*host, hp->port);
-    if (!hh || *hh != *hp) {
-      ++srv_.metrics().refused_claim;
-      answer(403, kClaimBody, true);
-      return;
-    }
-  }
-  int64_t now = wall_ms();
-  auto verdict = srv_.policy().judge({hp->host, hp->port, policy::Kind::connect, build_}, now);
-  if (verdict == policy::Verdict::block) {
-    if (!proxy_auth_seen_ &&
-        srv_.policy().judge({hp->host, hp->port, policy::Kind::connect, true}, now) ==
-            policy::Verdict::allow) {
-      answer_proxy_auth(ex_.row.host);
-      return;
-    }
-    refuse(ex_.row.host);
-    return;
-  }
-  if (verdict == policy::Verdict::would_block) log_would_block(ex_.row.host, "CONNECT");
-
-  // Admitted only so the proxy can act (inject, answer a held dummy or an
-  // overlap)? Then only HTTPS it decrypts may pass: never an opaque tunnel.
-  implicit_only_ = verdict == policy::Verdict::allow &&
-                   srv_.policy().judge({hp->host, hp->port, policy::Kind::connect, build_}, now,
-                                       /*implicit=*/false) != policy::Verdict::allow;
+void Connection::establish(const admission::Decision& d) {
+  if (d.would_block) log_would_block(ex_.row.host, "CONNECT");
+  implicit_only_ = d.implicit_only;
   in_connect_ = true;
-  inner_kind_ = hp->port == 80 ? policy::Kind::cleartext : policy::Kind::https;
+  inner_kind_ = d.inner_kind;
   req_parser_.reset();
   req_reader_.reset();
   tunnel_start_wall_ = ex_.row.ts_ms;
@@ -819,61 +682,73 @@ void Connection::handle_connect() {
 void Connection::on_hello_bytes(const char* p, size_t n) {
   hello_.append(p, n);
   auto ch = tls::parse_client_hello(hello_);
+  admission::Hello h;
   switch (ch.status) {
     case tls::ClientHello::Status::need_more: return;
-    case tls::ClientHello::Status::malformed:
-      tls_mode_ = "opaque";
-      ++srv_.metrics().bad_requests;
-      log::info("c{} CONNECT {}: the client sent a malformed TLS ClientHello; closing", id_,
-                connect_dest_.authority());
-      begin_row("CONNECT");
-      ex_.row.host = connect_dest_.key(443);
-      ex_.row.error = "protocol: malformed TLS ClientHello";
-      write_exchange_row();
-      close("malformed ClientHello");
-      return;
+    case tls::ClientHello::Status::malformed: h.shape = admission::Hello::Shape::malformed; break;
     case tls::ClientHello::Status::not_tls:
-      if (looks_like_http(hello_)) {
-        // Cleartext HTTP inside the tunnel: served like any request, judged
-        // on the CONNECT target.
-        tls_mode_ = "plain";
-        inner_kind_ = policy::Kind::cleartext;
-        mode_ = Mode::http;
-        req_ = Req::head;
-        std::string bytes;
-        bytes.swap(hello_);
-        ChunkRef c = ChunkPool::alloc();
-        size_t off = 0;
-        while (off < bytes.size() && mode_ == Mode::http && !closing_) {
-          size_t take = std::min(bytes.size() - off, Chunk::kSize);
-          memcpy(c->data(), bytes.data() + off, take);
-          process_client(c, c->data(), take);
-          off += take;
-          if (off < bytes.size()) c = ChunkPool::alloc();
-        }
-        return;
-      }
-      if (implicit_only_) {
+      h.shape = looks_like_http(hello_) ? admission::Hello::Shape::http
+                                        : admission::Hello::Shape::other;
+      break;
+    case tls::ClientHello::Status::ok:
+      h.shape = admission::Hello::Shape::tls;
+      sni_ = ch.sni;
+      break;
+  }
+  h.dest = &connect_dest_;
+  h.sni_present = ch.sni_present;
+  h.sni = ch.sni;
+  h.implicit_only = implicit_only_;
+  h.build = build_proof();
+  apply_hello(admission::decide_hello(h, srv_.policy()));
+}
+
+void Connection::apply_hello(const admission::Decision& d) {
+  using admission::Action;
+  switch (d.action) {
+    case Action::close:
+      if (d.why == admission::Why::malformed_hello) {
+        tls_mode_ = "opaque";
+        ++srv_.metrics().bad_requests;
+        log::info("c{} CONNECT {}: the client sent a malformed TLS ClientHello; closing", id_,
+                  connect_dest_.authority());
+        begin_row("CONNECT");
+        ex_.row.host = connect_dest_.key(443);
+        ex_.row.error = "protocol: malformed TLS ClientHello";
+        write_exchange_row();
+      } else if (d.why == admission::Why::implicit_only_not_tls) {
         log::info("c{} CONNECT {}: admitted only for HTTPS the proxy decrypts, and this is "
                   "not TLS; closing",
                   id_, connect_dest_.authority());
-        close("not TLS to a host admitted only for decryption");
-        return;
       }
-      start_tunnel(TunnelKind::opaque);
+      close(admission::why_text(d.why));
       return;
-    case tls::ClientHello::Status::ok: break;
-  }
-  sni_ = ch.sni;
-  // A server name that is present but not a host name disagrees with every
-  // destination: decrypted, never tunnelled.
-  std::string_view sni_seen = ch.sni;
-  if (!ch.sni_present) sni_seen = "";
-  else if (ch.sni.empty()) sni_seen = "\x01";
-  if (srv_.policy().tunnel(connect_dest_.host, sni_seen, build_marker_)) {
-    start_tunnel(TunnelKind::passthrough);
-  } else {
-    start_decrypt(ch.sni);
+    case Action::serve_plain: {
+      // Cleartext HTTP inside the tunnel: served like any request, judged
+      // on the CONNECT target.
+      tls_mode_ = "plain";
+      inner_kind_ = d.inner_kind;
+      mode_ = Mode::http;
+      req_ = Req::head;
+      std::string bytes;
+      bytes.swap(hello_);
+      ChunkRef c = ChunkPool::alloc();
+      size_t off = 0;
+      while (off < bytes.size() && mode_ == Mode::http && !closing_) {
+        size_t take = std::min(bytes.size() - off, Chunk::kSize);
+        memcpy(c->data(), bytes.data() + off, take);
+        process_client(c, c->data(), take);
+        off += take;
+        if (off < bytes.size()) c = ChunkPool::alloc();
+      }
+      return;
+    }
+    case Action::tunnel:
+      start_tunnel(d.tunnel == admission::TunnelKind::passthrough ? TunnelKind::passthrough
+                                                                  : TunnelKind::opaque);
+      return;
+    case Action::decrypt: start_decrypt(sni_); return;
+    default: close("admission returned no action for the first bytes"); return;
   }
 }
 
@@ -1430,27 +1305,22 @@ void Connection::fail_exchange(Errc kind, const std::string& reason, const std::
   ex_.row.error = reason;
   // Out of descriptors (connect_next) is the proxy's own failure: 503, the
   // request may be retried.
-  int status = kind == Errc::timeout ? 504 : out_of_files_ ? 503 : 502;
+  answers::Reply r = kind == Errc::timeout ? answers::upstream_timeout(dest, reason)
+                     : out_of_files_        ? answers::out_of_files(dest, reason)
+                                            : answers::upstream_failed(dest, reason);
   out_of_files_ = false;
-  std::string body =
-      status == 504 ? fmt::format("foldyard's proxy timed out reaching {}: {}\n", dest, reason)
-      : status == 503
-          ? fmt::format("foldyard's proxy could not open a connection to {}: {}. Retry shortly; "
-                        "on the host, raise the proxy's open-file limit (systemd: LimitNOFILE=; "
-                        "a shell: ulimit -n) or lower --max-connections\n",
-                        dest, reason)
-          : fmt::format("foldyard's proxy could not reach {}: {}\n", dest, reason);
-  answer(status, body, req_ != Req::done || ex_.upgrade || !req_parser_.message_complete());
+  answer(std::move(r), req_ != Req::done || ex_.upgrade || !req_parser_.message_complete());
 }
 
 // ---------------------------------------------------------------------------
 // Answers and rows
 
-void Connection::answer(int status, std::string body, bool close_after, std::string content_type) {
+void Connection::answer(answers::Reply reply, bool close_after) {
   http::Answer a;
-  a.status = status;
-  a.body = std::move(body);
-  a.content_type = std::move(content_type);
+  a.status = reply.status;
+  a.body = std::move(reply.body);
+  a.content_type = reply.content_type;
+  int status = a.status;
   if (cred_ticket_) {
     srv_.credentials().cancel(cred_ticket_);
     cred_ticket_ = 0;
@@ -1484,21 +1354,16 @@ void Connection::answer_parse_error(const http::ParseError& e) {
   if (e.status == 431 || e.status == 400 || e.status == 501 || e.status == 505)
     ++srv_.metrics().bad_requests;
   ex_.row.error = "client: " + e.reason;
-  answer(e.status,
-         fmt::format("foldyard's proxy refused this request: {}. Send a well-formed HTTP/1.1 "
-                     "request.\n",
-                     e.reason),
-         /*close_after=*/true);
+  answer(answers::bad_head(e.status, e.reason), /*close_after=*/true);
 }
 
-void Connection::refuse(const std::string& key) {
+void Connection::refuse(const std::string& key, bool close_after) {
   ++srv_.metrics().refused_allowlist;
   ex_.row.blocked = true;
   log::info("c{} refused {} {}: not on the allowlist", id_, ex_.row.method, key);
   // Refused at CONNECT time: no dial, no TLS. A plain request with a body
-  // left unread closes the connection.
-  bool close_after = req_head_.method_id == HTTP_CONNECT || !req_parser_.message_complete();
-  answer(403, fmt::format(fmt::runtime(kRefusalBody), key), close_after);
+  // left unread closes the connection (admission's close_after says which).
+  answer(answers::allowlist(key), close_after);
 }
 
 void Connection::log_would_block(const std::string& key, std::string_view method) {
@@ -1575,59 +1440,39 @@ void Connection::bind_first_head(std::string_view raw, const http::Head* parsed)
   first_head_ = false;
   const std::string& key = srv_.stamp_key();
   if (key.empty()) return;  // attribution not expected
-  attribution_ = netlog::Attribution::unattributed;
-  std::string_view value;
-  size_t count = 0;
-  if (parsed) {
-    for (const http::Header& h : parsed->headers) {
-      if (stamp::is_stamp_header(h.name)) {
-        value = h.value;
-        ++count;
-      }
-    }
-  } else {
-    // A head llhttp refused (an unknown method, say) or none at all. The
-    // forwarder only passes canonical heads (CRLF lines, "Name: value"), so a
-    // line scan finds its stamp the same way the parser would.
-    for (size_t at = raw.find("\r\n"); at != std::string_view::npos;) {
-      size_t start = at + 2;
-      size_t end = raw.find("\r\n", start);
-      if (end == std::string_view::npos) break;
-      std::string_view line = raw.substr(start, end - start);
-      size_t colon = line.find(':');
-      if (colon != std::string_view::npos && stamp::is_stamp_header(line.substr(0, colon))) {
-        value = trim_ows(line.substr(colon + 1));
-        ++count;
-      }
-      at = end;
-    }
+  // A head llhttp refused (an unknown method, say), or none at all, is
+  // scanned line by line (stamp_binding.h says why that finds the stamp).
+  stamp_binding::Found found =
+      parsed ? stamp_binding::find(parsed->headers) : stamp_binding::scan_raw(raw);
+  stamp_binding::Binding b = stamp_binding::bind(found, key, srv_.replay_guard());
+  attribution_ = b.attribution;
+  switch (b.outcome) {
+    case stamp_binding::Outcome::not_expected: return;
+    case stamp_binding::Outcome::none: ++srv_.metrics().unattributed; return;
+    case stamp_binding::Outcome::several:
+      ++srv_.metrics().stamps_invalid;
+      ++srv_.metrics().unattributed;
+      return;
+    case stamp_binding::Outcome::invalid:
+      ++srv_.metrics().stamps_invalid;
+      ++srv_.metrics().unattributed;
+      log::info("c{} {} from {}: recorded as unattributed", id_, b.error, peer_);
+      return;
+    case stamp_binding::Outcome::replayed:
+      ++srv_.metrics().stamps_replayed;
+      ++srv_.metrics().unattributed;
+      log::info("c{} stamp seq {} of boot {} was already used: recorded as unattributed", id_,
+                b.fields.seq, b.fields.boot);
+      return;
+    case stamp_binding::Outcome::valid:
+      ++srv_.metrics().stamps_valid;
+      st_src_ = std::move(b.fields.src);
+      st_net_ = std::move(b.fields.net);
+      st_who_ = std::move(b.fields.who);
+      st_seq_ = b.fields.seq;
+      st_boot_ = std::move(b.fields.boot);
+      return;
   }
-  if (count != 1) {
-    if (count > 1) ++srv_.metrics().stamps_invalid;
-    ++srv_.metrics().unattributed;
-    return;
-  }
-  auto f = stamp::verify(value, key);
-  if (!f) {
-    ++srv_.metrics().stamps_invalid;
-    ++srv_.metrics().unattributed;
-    log::info("c{} {} from {}: recorded as unattributed", id_, f.error().message, peer_);
-    return;
-  }
-  if (!srv_.replay_guard().accept(f->boot, f->seq)) {
-    ++srv_.metrics().stamps_replayed;
-    ++srv_.metrics().unattributed;
-    log::info("c{} stamp seq {} of boot {} was already used: recorded as unattributed", id_,
-              f->seq, f->boot);
-    return;
-  }
-  ++srv_.metrics().stamps_valid;
-  attribution_ = netlog::Attribution::attributed;
-  st_src_ = f->src;
-  st_net_ = f->net;
-  st_who_ = f->who;
-  st_seq_ = f->seq;
-  st_boot_ = f->boot;
 }
 
 // ---------------------------------------------------------------------------
@@ -1830,14 +1675,19 @@ void Connection::handle_timer() {
       begin_row("");
       bind_first_head(std::string_view(), nullptr);
       ex_.row.error = "client: the request head did not arrive in time";
-      answer(408,
-             fmt::format("foldyard's proxy closed this connection: the request head did not "
-                         "arrive within {} s\n",
-                         lim.head_timeout_ms / 1000),
-             true);
+      answer(answers::head_timeout(lim.head_timeout_ms / 1000), true);
       return;
     case Phase::idle: close("idle"); return;
-    case Phase::opaque_probe: start_tunnel(TunnelKind::opaque); return;  // server speaks first
+    case Phase::opaque_probe: {
+      // Silence on a port other than 443: a server-speaks-first protocol.
+      admission::Hello h;
+      h.shape = admission::Hello::Shape::silence;
+      h.dest = &connect_dest_;
+      h.implicit_only = implicit_only_;
+      h.build = build_proof();
+      apply_hello(admission::decide_hello(h, srv_.policy()));
+      return;
+    }
     case Phase::hello:
     case Phase::handshake:
     case Phase::first_bytes: setup_timed_out(d.phase); return;
@@ -1849,35 +1699,26 @@ void Connection::handle_timer() {
 
 void Connection::rejudge(int64_t now_ms) {
   if (closing_) return;
-  const policy::Policy& pol = srv_.policy();
-  const char* why = nullptr;
-  if (attribution_ == netlog::Attribution::unattributed && pol.require_attribution()) {
-    why = "the policy now requires a forwarder stamp and this connection has none";
-  } else if (in_connect_) {
-    auto v = pol.judge({connect_dest_.host, connect_dest_.port, policy::Kind::connect, build_},
-                       now_ms);
-    if (v == policy::Verdict::block) {
-      why = "the policy now refuses its destination";
-    } else if (mode_ == Mode::tunnel && tunnel_ == TunnelKind::passthrough &&
-               !pol.tunnel(connect_dest_.host, sni_, build_marker_)) {
-      why = "its host left passthrough: it would now be decrypted";
-    }
-  } else if (origin_ || mode_ == Mode::tunnel) {
-    const HostPort& d = ex_.active || mode_ == Mode::tunnel ? ex_.dest : origin_dest_;
-    policy::Kind k = ex_.active || mode_ == Mode::tunnel ? ex_.kind : policy::Kind::cleartext;
-    if (mode_ == Mode::tunnel) {
-      if (pol.judge({d.host, d.port, k, build_}, now_ms) == policy::Verdict::block)
-        why = "the policy now refuses its destination";
-    } else if (ex_.active) {
-      if (pol.judge({d.host, d.port, k, build_}, now_ms) == policy::Verdict::block)
-        why = "the policy now refuses its destination";
-    } else if (pol.judge({origin_dest_.host, origin_dest_.port,
-                          origin_tls_ ? policy::Kind::https : policy::Kind::cleartext, build_},
-                         now_ms) == policy::Verdict::block) {
-      retire_origin();  // idle: the next request is judged anyway
-    }
+  admission::Inside inside{connect_dest_, inner_kind_, sni_};
+  admission::Open o;
+  o.principal = principal();
+  o.build = build_proof();
+  o.inside = in_connect_ ? &inside : nullptr;
+  o.tunnel = mode_ == Mode::tunnel;
+  o.passthrough = tunnel_ == TunnelKind::passthrough;
+  o.exchange = ex_.active;
+  o.exchange_dest = ex_.dest;
+  o.exchange_kind = ex_.kind;
+  o.origin = origin_ ? &origin_dest_ : nullptr;
+  o.origin_tls = origin_tls_;
+  o.now_ms = now_ms;
+  admission::Decision d = admission::decide_open(o, srv_.policy());
+  if (d.action == admission::Action::retire_origin) {
+    retire_origin();  // idle: the next request is judged anyway
+    return;
   }
-  if (!why) return;
+  if (d.action != admission::Action::close) return;
+  const char* why = admission::why_text(d.why);
   ++srv_.metrics().connections_closed_by_policy;
   log::info("c{} closed: {} ({})", id_, why,
             in_connect_ ? connect_dest_.authority() : ex_.dest.authority());

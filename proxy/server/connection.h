@@ -12,6 +12,11 @@
 //   tunnel     bytes both ways (passthrough, opaque, or after a 101)
 //   lingering  answered and shut down: discard input until EOF, then close
 //
+// Decisions: whether a request, a CONNECT or a tunnel may go on, and how, is
+// admission's (proxy/policy/admission.h, pure); this class gathers the facts,
+// applies the Decision and records it (metrics, log lines, Network Log rows).
+// The texts it answers with are the answers catalogue's (proxy/http/answers.h).
+//
 // Ownership: the Server allocates a Connection per accepted socket. The
 // Connection owns its client Stream and timer by value and its origin Stream
 // by pointer (a retired origin closes and frees itself). close() is the one
@@ -25,11 +30,13 @@
 
 #include "core/buffer.h"
 #include "core/net.h"
+#include "proxy/http/answers.h"
 #include "proxy/http/parser.h"
 #include "proxy/inject/rules.h"
 #include "proxy/inject/store.h"
 #include "proxy/io/stream.h"
 #include "proxy/netlog/row.h"
+#include "proxy/policy/admission.h"
 #include "proxy/policy/pattern.h"
 #include "proxy/server/deadline.h"
 
@@ -135,8 +142,15 @@ class Connection final : public StreamHandler {
   void on_client_bytes(const ChunkRef& c, const char* p, size_t n);
   void process_client(const ChunkRef& c, const char* p, size_t n);
   void on_request_head(std::string_view head);
-  void handle_connect();
+  // The facts admission reads of this connection.
+  admission::Principal principal() const;
+  admission::BuildProof build_proof() const;
+  // Apply admission's Decision for a request head / the first bytes after a
+  // CONNECT's 200; they ask nothing of the policy themselves.
+  void apply_request(const admission::Decision& d);
+  void establish(const admission::Decision& d);
   void on_hello_bytes(const char* p, size_t n);
+  void apply_hello(const admission::Decision& d);
   void start_tunnel(TunnelKind kind);
   void start_decrypt(const std::string& sni);
   // Sends the request head upstream (dialling when needed); `token`, when
@@ -147,10 +161,8 @@ class Connection final : public StreamHandler {
   void inject(const inject::Rule& rule, const HostPort& dest, policy::Kind kind,
               std::string_view target);
   void on_credential(const inject::MintOutcome& out);
-  bool holds_dummy(const inject::Held& held, std::string_view target) const;
-  void answer_json(int status, const std::string& message, bool close_after);
   void answer_mint_failure(const std::string& reason, bool after_401);
-  void answer_proxy_auth(const std::string& key);
+  void answer_proxy_auth(const std::string& key, bool close_after);
   void note_build_claim();
   void keep_head(std::string_view head);
   // Copies body bytes that went upstream while the exchange may be re-issued
@@ -186,10 +198,12 @@ class Connection final : public StreamHandler {
   bool retry_on_fresh_origin();
 
   // Answers and rows.
-  void answer(int status, std::string body, bool close_after,
-              std::string content_type = "text/plain; charset=utf-8");
+  // Writes `reply` (the answers catalogue's), writes the exchange's row and
+  // resets the exchange; closes (lingers) after it when `close_after`, when
+  // draining, or when the client will not keep the connection alive.
+  void answer(answers::Reply reply, bool close_after);
   void answer_parse_error(const http::ParseError& e);
-  void refuse(const std::string& key);
+  void refuse(const std::string& key, bool close_after);
   void log_would_block(const std::string& key, std::string_view method);
   void begin_row(std::string_view method);
   void fill_row(netlog::Row& row);

@@ -15,6 +15,8 @@
 #include "core/log.h"
 #include "core/paths.h"
 #include "core/loop.h"
+#include "proxy/http/answers.h"
+#include "proxy/http/rewrite.h"
 #include "proxy/server/admin.h"
 #include "proxy/server/connection.h"
 #include "proxy/server/origin_pool.h"
@@ -466,16 +468,16 @@ void Server::refuse_over_limit(uv_stream_t* l) {
   r->tcp.data = r;
   ++metrics_.connections_refused_limit;
   if (uv_accept(l, reinterpret_cast<uv_stream_t*>(&r->tcp)) == 0) {
-    std::string body = fmt::format(
-        "foldyard's proxy is at its connection limit ({}); retry shortly, or raise {}\n",
-        max_connections_,
-        max_connections_ < config_.limits.max_connections
-            ? "the proxy's open-file limit (LimitNOFILE / ulimit -n)"
-            : "--max-connections");
-    std::string msg = fmt::format(
-        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
-        "Content-Length: {}\r\nConnection: close\r\nRetry-After: 1\r\n\r\n{}",
-        body.size(), body);
+    answers::Reply reply = answers::connection_limit(
+        max_connections_, max_connections_ < config_.limits.max_connections);
+    http::Answer a;
+    a.status = reply.status;
+    a.content_type = reply.content_type;
+    a.body = std::move(reply.body);
+    // Connection: close before Retry-After, as this answer always read.
+    a.headers = {{"Connection", "close"}, {"Retry-After", "1"}};
+    std::string msg;
+    http::build_answer(msg, a);
     uv_buf_t b = uv_buf_init(msg.data(), static_cast<unsigned>(msg.size()));
     uv_try_write(reinterpret_cast<uv_stream_t*>(&r->tcp), &b, 1);
   }
