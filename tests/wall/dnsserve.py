@@ -137,6 +137,8 @@ def main():
         while True:
             m, peer = udp.recvfrom(65536)
             emit({"dgram": True, "from": f"{peer[0]}:{peer[1]}", "len": len(m)})
+            if qname(m)[0] is None:
+                continue  # not DNS: recorded (it arrived), not relayed
             try:
                 u.send(m)
                 a = u.recv(65536)

@@ -104,7 +104,8 @@ Result<int> bound_socket(const std::string& netns, const HostPort& hp, int type)
       return;
     }
     int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    // TCP only: on UDP, SO_REUSEADDR would let a second socket share the port.
+    if (type == SOCK_STREAM) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     if (ss.ss_family == AF_INET) setsockopt(fd, IPPROTO_IP, IP_FREEBIND, &one, sizeof one);
     if (bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0) {
       int err = errno;
