@@ -171,3 +171,43 @@ TEST_CASE("config: every problem at once, with file:line") {
   CHECK(m.find("bogus") != std::string::npos);
   CHECK(m.find("[[listen]]") != std::string::npos);
 }
+
+#include "wall/config.h"
+#include "wall/parse.h"
+#include "wall/render.h"
+
+TEST_CASE("the machine wall's dns_forwarder: read from [machine], rendered as the redirect") {
+  auto s = fy::wall::read_config("[machine]\ndns_forwarder = \"127.42.0.53\"\n", "w.toml");
+  REQUIRE(s);
+  REQUIRE(s->machine.dns_forwarder);
+  CHECK(s->machine.dns_forwarder->value == *fy::wall::parse_ipv4("127.42.0.53"));
+  auto off = fy::wall::read_config("[machine]\ndns_forwarder = \"192.168.5.3\"\n", "w.toml");
+  REQUIRE_FALSE(off);
+  CHECK(off.error().message.find("w.toml:2:") != std::string::npos);
+  CHECK(off.error().message.find("127.0.0.0/8") != std::string::npos);
+
+  fy::wall::MachineSpec m;
+  m.walled.uid = 4242;
+  m.walled.name = "alice";
+  m.walled.subuids = {{100000, 165535}};
+  m.gateway = *fy::wall::parse_ipv4("192.168.5.2");
+  m.ports = {{41000, 41089}};
+  m.resolvers = {{*fy::wall::parse_ipv4("192.168.5.3"), 32}};
+  m.forward_allow = {{*fy::wall::parse_ipv4("10.0.0.0"), 8}};
+  const std::string without = fy::wall::render_machine(m);
+  CHECK(without.find("dns_redirect") == std::string::npos);
+  CHECK(without.find("ip daddr 192.168.5.3 udp dport 53 accept") != std::string::npos);
+  m.dns_forwarder = *fy::wall::parse_ipv4("127.42.0.53");
+  const std::string with = fy::wall::render_machine(m);
+  CHECK(with.find("type nat hook output priority -100;") != std::string::npos);
+  for (const char* r : {"meta skuid 4242 meta nfproto ipv4 udp dport 53 dnat ip to 127.42.0.53:53",
+                        "meta skuid 100000-165535 meta nfproto ipv4 tcp dport 53 dnat ip to "
+                        "127.42.0.53:53",
+                        "ip daddr 127.42.0.53 udp dport 53 accept",
+                        "ip daddr 127.42.0.53 tcp dport 53 accept"})
+    CHECK_MESSAGE(with.find(r) != std::string::npos, r);
+  // the resolvers are no longer reachable directly
+  CHECK(with.find("ip daddr 192.168.5.3 udp dport 53 accept") == std::string::npos);
+  CHECK(fy::wall::describe_machine(m).find("redirected to fy-dnsfwd at 127.42.0.53") !=
+        std::string::npos);
+}
