@@ -142,6 +142,21 @@ class DnsTopology:
         return p, log, err
 
 
+def stop_dnsfwd(p, err):
+    """SIGTERM, then the exit code and stderr; a sanitizer's report (the
+    ASan+UBSan build runs these proofs too) or an unclean exit is an error."""
+    p.terminate()
+    rc = p.wait(timeout=10)
+    with open(err) as f:
+        text = f.read()
+    for bad in ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:"):
+        if bad in text:
+            raise AssertionError(f"fy-dnsfwd: {bad}\n{text[-3000:]}")
+    if rc != 0:
+        raise AssertionError(f"fy-dnsfwd exited {rc} on SIGTERM: {text[-2000:]}")
+    return text
+
+
 def read_log(path):
     with open(path) as f:
         return [json.loads(l) for l in f if l.startswith("{")]

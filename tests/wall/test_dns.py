@@ -31,7 +31,11 @@ class DnsForwarder(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        n.cleanup(cls.mark)
+        try:
+            text = d.stop_dnsfwd(cls.p, cls.err)
+            assert "stopped: forwarded" in text, text[-2000:]
+        finally:
+            n.cleanup(cls.mark)
 
     def setUp(self):
         self.t.wall(forwarder=True)
@@ -213,10 +217,7 @@ class DnsForwarder(unittest.TestCase):
         and nothing goes to the resolver directly."""
         cfg = self.t.dnsfwd_config(listen=[("127.42.0.54", "", "vm2")])
         p, log, err = self.t.start_dnsfwd(cfg)
-        p.terminate()
-        p.wait(timeout=10)
-        with open(err) as f:
-            self.assertIn("stopped:", f.read())
+        self.assertIn("stopped:", d.stop_dnsfwd(p, err))
         # the wall pointed at the stopped forwarder's address
         fd_cfg = os.path.join(self.t.ident.dir, "wall54.toml")
         with open(fd_cfg, "w") as f:
@@ -240,10 +241,7 @@ class DnsForwarder(unittest.TestCase):
         r = d.dnsprobe(self.t.guest, 0, "query", "127.42.0.55", "dead.github.com",
                        "--timeout", "3")
         self.assertEqual(r["rcodes"], {"2": 1}, r)  # SERVFAIL
-        p.terminate()
-        p.wait(timeout=10)
-        with open(err) as f:
-            text = f.read()
+        text = d.stop_dnsfwd(p, err)
         self.assertIn("upstream 192.168.5.99:53 did not answer within 500 ms", text)
         self.assertEqual([l["verdict"] for l in d.read_log(log)], ["upstream-timeout"])
 
