@@ -104,7 +104,7 @@ class DnsTopology:
     # ---- fy-dnsfwd ----
 
     def dnsfwd_config(self, upstream=RESOLVER, rate=20, burst=20, allow=None, listen=None,
-                      extra=""):
+                      extra="", timeout_ms=500):
         fd, path = tempfile.mkstemp(prefix=f"fyw-{n.PID}-dnsfwd-", suffix=".toml")
         n.on_cleanup(lambda: os.unlink(path), f"file {path}")
         allow = ALLOW if allow is None else allow
@@ -113,7 +113,7 @@ class DnsTopology:
         with os.fdopen(fd, "w") as f:
             f.write(f'upstream = ["{upstream}"]\n')
             f.write("allow = [" + ", ".join(f'"{a}"' for a in allow) + "]\n")
-            f.write(f"rate = {rate}\nburst = {burst}\ntimeout_ms = 500\n{extra}")
+            f.write(f"rate = {rate}\nburst = {burst}\ntimeout_ms = {timeout_ms}\n{extra}")
             for addr, ns, name in listen:
                 f.write(f'[[listen]]\naddress = "{addr}"\nname = "{name}"\n')
                 if ns:

@@ -245,6 +245,23 @@ class DnsForwarder(unittest.TestCase):
         self.assertIn("upstream 192.168.5.99:53 did not answer within 500 ms", text)
         self.assertEqual([l["verdict"] for l in d.read_log(log)], ["upstream-timeout"])
 
+    def test_an_upstream_that_refuses_gives_servfail_at_once(self):
+        # 192.168.5.2 is up, with nothing on 53: ICMP port unreachable
+        cfg = self.t.dnsfwd_config(upstream="192.168.5.2", listen=[("127.42.0.56", "", "icmp")],
+                                   timeout_ms=5000)
+        p, log, err = self.t.start_dnsfwd(cfg)
+        t0 = time.monotonic()
+        r = d.dnsprobe(self.t.guest, 0, "query", "127.42.0.56", "refused.github.com",
+                       "--timeout", "4")
+        took = time.monotonic() - t0
+        self.assertEqual(r["rcodes"], {"2": 1}, r)
+        self.assertLess(r["lat_us"][0], 1_000_000, "SERVFAIL only at the deadline")
+        text = d.stop_dnsfwd(p, err)
+        self.assertIn("upstream 192.168.5.2:53: ECONNREFUSED", text)
+        self.assertEqual([l["verdict"] for l in d.read_log(log)], ["upstream-error"])
+        print(f"measure: SERVFAIL from a refusing upstream after {r['lat_us'][0] / 1000:.1f} ms "
+              f"(the client's run {took:.2f} s)")
+
     def test_bad_configs_are_refused_with_where_and_what(self):
         cases = [
             ('upstream = ["192.168.5.3"]\n', 3, "at least one [[listen]] is required"),

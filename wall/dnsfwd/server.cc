@@ -329,13 +329,31 @@ void Server::handle(Listener* l, bool tcp, const sockaddr* from, TcpClient* c,
 
 void Server::on_upstream(Upstream* u, ssize_t n, const uv_buf_t* buf, const sockaddr*) {
   if (n < 0) {
-    // An ICMP error on the connected socket: the resolver is not there. The
-    // queries to it time out (SERVFAIL) in sweep(); say why once a second.
+    // An ICMP error on the connected socket (port unreachable: nothing serves
+    // DNS there). Which query it was about is not said, so every query
+    // waiting on this upstream gets SERVFAIL now rather than at its deadline;
+    // say why once a second.
     uint64_t now = mono_ms();
     if (now - u->failures_logged_ms >= 1000) {
       u->failures_logged_ms = now;
       log::error("upstream {}: {} — check the VM's resolver (resolv.conf, Lima's 192.168.5.3)",
                  u->text, uv::error_string(static_cast<int>(n)));
+    }
+    const std::string why = uv::error_string(static_cast<int>(n));
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      Pending& p = it->second;
+      if (upstreams_[p.upstream].get() != u) {
+        ++it;
+        continue;
+      }
+      ++stats_.upstream_bad;
+      std::vector<uint8_t> a = wall::dns::local_answer(p.sent, p.q, 2);
+      a[0] = static_cast<uint8_t>(p.client_id >> 8);
+      a[1] = static_cast<uint8_t>(p.client_id);
+      log_line(p.l->cfg.name, p.tcp, p.src, nullptr, &p.q, "upstream-error", why, 2, u->text,
+               static_cast<double>(mono_us() - p.start_us) / 1000.0);
+      reply(p, a);
+      it = pending_.erase(it);
     }
     return;
   }
