@@ -66,6 +66,9 @@ class DnsForwarder(unittest.TestCase):
             self.assertEqual(l["ns"], "vm")
             self.assertTrue(l["src"].startswith(f"{d.GUEST}:"), l)
             self.assertEqual(l["upstream"], f"{d.RESOLVER}:53")
+            self.assertEqual(l.get("uid"), U, l)  # the asking socket's owner (sock_diag)
+        sub = self.logged(name=f"u{SUB}.api.github.com", verdict="forwarded")
+        self.assertEqual([l.get("uid") for l in sub], [SUB, SUB], sub)
         self.assertTrue(self.auth_saw(f"u{SUB}.api.github.com"))
         # root is not walled: its queries go to the resolver itself, unlogged
         before = len(d.read_log(self.log))
@@ -81,6 +84,7 @@ class DnsForwarder(unittest.TestCase):
         self.assertEqual(lines[0]["ns"], "bridge")
         self.assertTrue(lines[0]["src"].startswith(f"{d.CTR}:"), lines[0])
         self.assertEqual(lines[0]["verdict"], "forwarded")
+        self.assertNotIn("uid", lines[0])  # its socket is in the container's namespace
 
     # ---- the classes closed, each with its control ----
 
@@ -103,6 +107,7 @@ class DnsForwarder(unittest.TestCase):
         self.assertEqual(self.auth_saw("new.t.example"), [])
         line = self.logged(name=f"{label}.new.t.example")
         self.assertEqual(line[0]["verdict"], "refused", line)
+        self.assertEqual(line[0].get("uid"), U, line)
 
     def test_non_dns_bytes_to_port_53_are_refused(self):
         """E39: a non-DNS session to the resolver's :53. Under the wall as on

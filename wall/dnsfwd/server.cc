@@ -15,6 +15,7 @@
 #include "core/json.h"
 #include "core/loop.h"
 #include "core/net.h"
+#include "wall/dnsfwd/owner.h"
 
 namespace fy::dnsfwd {
 
@@ -25,6 +26,7 @@ struct Server::Listener {
   uv_udp_t udp{};
   uv_tcp_t tcp{};
   bool udp_open = false, tcp_open = false;
+  SocketOwner owner;  // sock_diag in the listener's namespace
 };
 
 struct Server::Upstream {
@@ -63,6 +65,7 @@ struct Server::Pending {
   uint64_t deadline_ms = 0;
   size_t upstream = 0;
   std::string src;
+  std::optional<uint32_t> uid;
 };
 
 namespace {
@@ -130,6 +133,30 @@ Result<int> bound_socket(const std::string& netns, const HostPort& hp, int type)
 
 std::string sa_text(const sockaddr* sa) { return sockaddr_string(sa); }
 
+// Opens `owner`'s sock_diag socket inside `netns` ("" = here), as bound_socket does.
+Result<void> open_owner(const std::string& netns, SocketOwner& owner) {
+  Result<void> out;
+  auto body = [&] {
+    if (!netns.empty()) {
+      int ns = open(netns.c_str(), O_RDONLY | O_CLOEXEC);
+      if (ns < 0 || setns(ns, CLONE_NEWNET) != 0) {
+        out = make_error(Errc::io, "cannot join the namespace {}: {}", netns, strerror(errno));
+        if (ns >= 0) ::close(ns);
+        return;
+      }
+      ::close(ns);
+    }
+    out = owner.open();
+  };
+  if (netns.empty()) {
+    body();
+  } else {
+    std::thread t(body);
+    t.join();
+  }
+  return out;
+}
+
 }  // namespace
 
 Server::Server(uv_loop_t* loop, Config cfg, int log_fd)
@@ -190,6 +217,11 @@ Result<void> Server::start() {
     Listener* raw = l.get();
     listeners_.push_back(std::move(l));
     auto ufd = bound_socket(lc.netns, lc.address, SOCK_DGRAM);
+    if (ufd) {
+      if (auto o = open_owner(lc.netns, raw->owner); !o)
+        log::warn("listen {}: {} — its queries are logged without their uid", raw->where,
+                  o.error().message);
+    }
     if (!ufd) return make_error(ufd.error().code, "listen {}: {}", raw->where, ufd.error().message);
     uv_udp_init(loop_, &raw->udp);
     raw->udp.data = raw;
@@ -277,7 +309,8 @@ void Server::handle(Listener* l, bool tcp, const sockaddr* from, TcpClient* c,
     }
     case Action::answer:
       ++stats_.refused;
-      log_line(l->cfg.name, tcp, src, &v, &v.query, v.verdict, v.reason, 5, "", -1);
+      log_line(l->cfg.name, tcp, src, &v, &v.query, v.verdict, v.reason, 5, "", -1,
+               l->owner.uid(tcp ? IPPROTO_TCP : IPPROTO_UDP, from));
       reply_to(l, tcp, from, c ? c->id : 0, v.answer);
       return;
     case Action::forward:
@@ -324,6 +357,8 @@ void Server::handle(Listener* l, bool tcp, const sockaddr* from, TcpClient* c,
   }
   if (c) ++c->inflight;
   ++stats_.forwarded;
+  // Asked while the query is upstream: the loop waits for the answer anyway.
+  p.uid = l->owner.uid(tcp ? IPPROTO_TCP : IPPROTO_UDP, from);
   pending_.emplace(id, std::move(p));
 }
 
@@ -376,7 +411,7 @@ void Server::on_upstream(Upstream* u, ssize_t n, const uv_buf_t* buf, const sock
   } else {
     ++stats_.answered;
     log_line(p.l->cfg.name, p.tcp, p.src, nullptr, &p.q, "forwarded", "", (*out)[3] & 0xF,
-             u->text, ms);
+             u->text, ms, p.uid);
     reply(p, *out);
   }
   pending_.erase(it);
@@ -516,7 +551,7 @@ void Server::sweep() {
     a[1] = static_cast<uint8_t>(p.client_id);
     log_line(p.l->cfg.name, p.tcp, p.src, nullptr, &p.q, "upstream-timeout",
              fmt::format("no answer within {} ms", cfg_.timeout_ms), 2, u->text,
-             static_cast<double>(mono_us() - p.start_us) / 1000.0);
+             static_cast<double>(mono_us() - p.start_us) / 1000.0, p.uid);
     reply(p, a);
     it = pending_.erase(it);
   }
@@ -524,7 +559,8 @@ void Server::sweep() {
 
 void Server::log_line(const std::string& ns, bool tcp, const std::string& src, const Verdict*,
                       const wall::dns::Query* q, const char* verdict, const std::string& reason,
-                      int rcode, const std::string& upstream, double ms) {
+                      int rcode, const std::string& upstream, double ms,
+                      std::optional<uint32_t> uid) {
   std::string out = "{\"ts\":";
   json_append_string(out, iso8601_utc(wall_ms(), true, true));
   out += ",\"ns\":";
@@ -532,6 +568,7 @@ void Server::log_line(const std::string& ns, bool tcp, const std::string& src, c
   out += tcp ? ",\"proto\":\"tcp\"" : ",\"proto\":\"udp\"";
   out += ",\"src\":";
   json_append_string(out, src);
+  if (uid) out += fmt::format(",\"uid\":{}", *uid);
   if (q) {
     out += ",\"name\":";
     json_append_string(out, q->name);

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <unordered_map>
@@ -68,7 +69,8 @@ class Server {
   void sweep();
   void log_line(const std::string& ns, bool tcp, const std::string& src, const Verdict* v,
                 const wall::dns::Query* q, const char* verdict, const std::string& reason,
-                int rcode, const std::string& upstream, double ms);
+                int rcode, const std::string& upstream, double ms,
+                std::optional<uint32_t> uid = std::nullopt);
 
   uv_loop_t* loop_;
   Config cfg_;
