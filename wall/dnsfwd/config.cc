@@ -62,6 +62,7 @@ Result<Config> parse_config(std::string_view text, const std::string& path) {
   if (auto v = root.integer("max_tcp_clients", 1, 100000))
     c.max_tcp_clients = static_cast<uint32_t>(*v);
   if (auto v = root.integer("tcp_idle_ms", 100, 600000)) c.tcp_idle_ms = static_cast<uint32_t>(*v);
+  if (auto v = root.boolean("log_uid")) c.log_uid = *v;
   auto ls = root.tables("listen");
   if (ls.empty() && !root.has("listen")) {
     root.error("", "at least one [[listen]] is required: where the wall's redirect sends "

@@ -11,6 +11,7 @@
 //   max_pending = 1024                  # queries upstream at once
 //   max_tcp_clients = 64
 //   tcp_idle_ms = 10000
+//   log_uid = true                      # the asking socket's uid in the log
 //
 //   [[listen]]                          # one or more
 //   address = "127.42.0.53"             # "ip" (port 53) or "ip:port"
@@ -45,6 +46,9 @@ struct Config {
   uint32_t max_pending = 1024;
   uint32_t max_tcp_clients = 64;
   uint32_t tcp_idle_ms = 10000;
+  // Look the asking socket's uid up (sock_diag) for the log; costs one
+  // netlink round trip a query, overlapped with the upstream's.
+  bool log_uid = true;
 };
 
 Result<Config> parse_config(std::string_view text, const std::string& path);

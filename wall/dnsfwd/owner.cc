@@ -25,6 +25,60 @@ Result<void> SocketOwner::open() {
   return ok();
 }
 
+namespace {
+
+uint16_t port_of(const sockaddr* a) {
+  return a->sa_family == AF_INET ? ntohs(reinterpret_cast<const sockaddr_in*>(a)->sin_port)
+                                 : ntohs(reinterpret_cast<const sockaddr_in6*>(a)->sin6_port);
+}
+
+void put_addr(uint32_t* out, const sockaddr* a) {
+  if (a->sa_family == AF_INET)
+    out[0] = reinterpret_cast<const sockaddr_in*>(a)->sin_addr.s_addr;
+  else
+    std::memcpy(out, &reinterpret_cast<const sockaddr_in6*>(a)->sin6_addr, 16);
+}
+
+}  // namespace
+
+std::optional<uint32_t> SocketOwner::uid_of(int protocol, const sockaddr* addr,
+                                            const sockaddr* peer) {
+  if (fd_ < 0 || (addr->sa_family != AF_INET && addr->sa_family != AF_INET6)) return std::nullopt;
+  if (peer && peer->sa_family == addr->sa_family) {
+    if (auto u = exact(protocol, addr, peer)) return u;
+  }
+  return uid(protocol, addr);
+}
+
+std::optional<uint32_t> SocketOwner::exact(int protocol, const sockaddr* addr,
+                                           const sockaddr* peer) {
+  struct {
+    nlmsghdr nh;
+    inet_diag_req_v2 req;
+  } msg{};
+  msg.req.sdiag_family = static_cast<uint8_t>(addr->sa_family);
+  msg.req.sdiag_protocol = static_cast<uint8_t>(protocol);
+  msg.req.idiag_states = ~0u;
+  msg.req.id.idiag_cookie[0] = msg.req.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
+  if (protocol == IPPROTO_UDP) {
+    // udp_dump_one looks up the socket that would receive a datagram from
+    // src:sport to dst:dport: the peer first, the socket's own address second.
+    put_addr(msg.req.id.idiag_src, peer);
+    msg.req.id.idiag_sport = htons(port_of(peer));
+    put_addr(msg.req.id.idiag_dst, addr);
+    msg.req.id.idiag_dport = htons(port_of(addr));
+  } else {
+    put_addr(msg.req.id.idiag_src, addr);
+    msg.req.id.idiag_sport = htons(port_of(addr));
+    put_addr(msg.req.id.idiag_dst, peer);
+    msg.req.id.idiag_dport = htons(port_of(peer));
+  }
+  msg.nh.nlmsg_len = sizeof msg;
+  msg.nh.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+  msg.nh.nlmsg_flags = NLM_F_REQUEST;
+  return ask(&msg, sizeof msg, addr);
+}
+
 std::optional<uint32_t> SocketOwner::uid(int protocol, const sockaddr* addr) {
   if (fd_ < 0) return std::nullopt;
   const int family = addr->sa_family;
@@ -55,11 +109,19 @@ std::optional<uint32_t> SocketOwner::uid(int protocol, const sockaddr* addr) {
   msg.nh.nlmsg_len = sizeof msg;
   msg.nh.nlmsg_type = SOCK_DIAG_BY_FAMILY;
   msg.nh.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
-  msg.nh.nlmsg_seq = ++seq_;
+  return ask(&msg, sizeof msg, addr);
+}
+
+std::optional<uint32_t> SocketOwner::ask(void* req, size_t len, const sockaddr* addr) {
+  auto* nh0 = static_cast<nlmsghdr*>(req);
+  nh0->nlmsg_seq = ++seq_;
+  const int family = addr->sa_family;
+  const uint16_t port = port_of(addr);
   sockaddr_nl kernel{};
   kernel.nl_family = AF_NETLINK;
-  if (sendto(fd_, &msg, sizeof msg, 0, reinterpret_cast<sockaddr*>(&kernel), sizeof kernel) < 0)
+  if (sendto(fd_, req, len, 0, reinterpret_cast<sockaddr*>(&kernel), sizeof kernel) < 0)
     return std::nullopt;
+  const bool dump = nh0->nlmsg_flags & NLM_F_DUMP;
   std::optional<uint32_t> found;
   alignas(nlmsghdr) char buf[8192];
   for (;;) {
@@ -67,7 +129,7 @@ std::optional<uint32_t> SocketOwner::uid(int protocol, const sockaddr* addr) {
     if (n <= 0) return found;  // timeout or error: what was seen so far
     for (auto* nh = reinterpret_cast<nlmsghdr*>(buf); NLMSG_OK(nh, static_cast<size_t>(n));
          nh = NLMSG_NEXT(nh, n)) {
-      if (nh->nlmsg_seq != seq_) continue;  // a late part of an earlier dump
+      if (nh->nlmsg_seq != seq_) continue;  // a late part of an earlier request
       if (nh->nlmsg_type == NLMSG_DONE || nh->nlmsg_type == NLMSG_ERROR) return found;
       if (nh->nlmsg_type != SOCK_DIAG_BY_FAMILY) continue;
       auto* d = static_cast<const inet_diag_msg*>(NLMSG_DATA(nh));
@@ -83,6 +145,7 @@ std::optional<uint32_t> SocketOwner::uid(int protocol, const sockaddr* addr) {
                                    : (d->id.idiag_src[0] | d->id.idiag_src[1] |
                                       d->id.idiag_src[2] | d->id.idiag_src[3]) == 0;
       if (same || (any && !found)) found = d->idiag_uid;
+      if (!dump) return found;  // one answer to an exact request
     }
   }
 }

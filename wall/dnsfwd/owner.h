@@ -30,8 +30,16 @@ class SocketOwner {
   // in the kernel (INET_DIAG_BC_S_GE/LE), so its cost does not grow with the
   // machine's other sockets' traffic; blocking, on the loop thread.
   std::optional<uint32_t> uid(int protocol, const sockaddr* addr);
+  // The same, first by an exact lookup (no dump: the kernel's own socket
+  // lookup, O(1)) of the socket at `addr` whose peer is `peer` (a UDP socket
+  // that is not connected matches any peer); only when that finds nothing, by
+  // uid()'s filtered dump, which walks the whole socket table (tens of µs).
+  std::optional<uint32_t> uid_of(int protocol, const sockaddr* addr, const sockaddr* peer);
 
  private:
+  std::optional<uint32_t> exact(int protocol, const sockaddr* addr, const sockaddr* peer);
+  // Sends `len` bytes of request and collects the matching sockets' uid.
+  std::optional<uint32_t> ask(void* req, size_t len, const sockaddr* addr);
   int fd_ = -1;
   uint32_t seq_ = 1;
 };

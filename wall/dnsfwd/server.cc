@@ -1,6 +1,7 @@
 #include "wall/dnsfwd/server.h"
 
 #include <fcntl.h>
+#include <linux/netfilter_ipv4.h>
 #include <netinet/in.h>
 #include <sched.h>
 #include <sys/socket.h>
@@ -46,6 +47,7 @@ struct Server::TcpClient {
   uv_timer_t idle{};
   TcpFramer framer{wall::dns::kMaxQuery};
   sockaddr_storage peer{};
+  sockaddr_storage orig_dst{};  // where the client connected, before the wall's DNAT
   int inflight = 0;
   uv::CloseCounter closes;
   bool closing = false;
@@ -217,7 +219,7 @@ Result<void> Server::start() {
     Listener* raw = l.get();
     listeners_.push_back(std::move(l));
     auto ufd = bound_socket(lc.netns, lc.address, SOCK_DGRAM);
-    if (ufd) {
+    if (ufd && cfg_.log_uid) {
       if (auto o = open_owner(lc.netns, raw->owner); !o)
         log::warn("listen {}: {} — its queries are logged without their uid", raw->where,
                   o.error().message);
@@ -310,7 +312,7 @@ void Server::handle(Listener* l, bool tcp, const sockaddr* from, TcpClient* c,
     case Action::answer:
       ++stats_.refused;
       log_line(l->cfg.name, tcp, src, &v, &v.query, v.verdict, v.reason, 5, "", -1,
-               l->owner.uid(tcp ? IPPROTO_TCP : IPPROTO_UDP, from));
+               asker_uid(l, tcp, from, c));
       reply_to(l, tcp, from, c ? c->id : 0, v.answer);
       return;
     case Action::forward:
@@ -358,8 +360,25 @@ void Server::handle(Listener* l, bool tcp, const sockaddr* from, TcpClient* c,
   if (c) ++c->inflight;
   ++stats_.forwarded;
   // Asked while the query is upstream: the loop waits for the answer anyway.
-  p.uid = l->owner.uid(tcp ? IPPROTO_TCP : IPPROTO_UDP, from);
+  p.uid = asker_uid(l, tcp, from, c);
   pending_.emplace(id, std::move(p));
+}
+
+std::optional<uint32_t> Server::asker_uid(Listener* l, bool tcp, const sockaddr* from,
+                                          TcpClient* c) {
+  if (!cfg_.log_uid) return std::nullopt;
+  if (tcp) {
+    const sockaddr* orig = c && c->orig_dst.ss_family ? reinterpret_cast<sockaddr*>(&c->orig_dst)
+                                                      : nullptr;
+    return l->owner.uid_of(IPPROTO_TCP, from, orig);
+  }
+  // A UDP client is most often connected to the resolver its resolv.conf
+  // names, which is the upstream; an unconnected one matches any peer.
+  sockaddr_storage up{};
+  socklen_t len = 0;
+  const HostPort& u = cfg_.upstream.front();
+  if (!make_sockaddr(u.host, 53, &up, &len)) return l->owner.uid(IPPROTO_UDP, from);
+  return l->owner.uid_of(IPPROTO_UDP, from, reinterpret_cast<sockaddr*>(&up));
 }
 
 void Server::on_upstream(Upstream* u, ssize_t n, const uv_buf_t* buf, const sockaddr*) {
@@ -470,6 +489,10 @@ void Server::on_accept(Listener* l) {
   ++stats_.tcp_clients;
   int len = sizeof c->peer;
   uv_tcp_getpeername(&c->tcp, reinterpret_cast<sockaddr*>(&c->peer), &len);
+  uv_os_fd_t fd;
+  socklen_t olen = sizeof(sockaddr_in);
+  if (c->peer.ss_family == AF_INET && uv_fileno(reinterpret_cast<uv_handle_t*>(&c->tcp), &fd) == 0)
+    (void)getsockopt(fd, SOL_IP, SO_ORIGINAL_DST, &c->orig_dst, &olen);  // none: stays AF_UNSPEC
   uv_timer_start(&c->idle, [](uv_timer_t* t) {
     auto* cl = static_cast<TcpClient*>(t->data);
     cl->srv->close_client(cl);

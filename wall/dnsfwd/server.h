@@ -67,6 +67,8 @@ class Server {
   void reply_to(Listener* l, bool tcp, const sockaddr* to, uint64_t conn,
                 std::span<const uint8_t> bytes);
   void sweep();
+  // The asking socket's uid, when log_uid and its socket is in `l`'s namespace.
+  std::optional<uint32_t> asker_uid(Listener* l, bool tcp, const sockaddr* from, TcpClient* c);
   void log_line(const std::string& ns, bool tcp, const std::string& src, const Verdict* v,
                 const wall::dns::Query* q, const char* verdict, const std::string& reason,
                 int rcode, const std::string& upstream, double ms,
