@@ -99,6 +99,7 @@ class DnsTopology:
         r = self.ident.fy_wall(self.guest, "apply", "machine", "--config", cfg,
                                *n.machine_args(self.ident), "--resolvers", resolvers)
         assert r.returncode == 0, r.stderr
+        self.wall_config = cfg
         return r
 
     # ---- fy-dnsfwd ----

@@ -298,6 +298,22 @@ class DnsForwarder(unittest.TestCase):
         r = n.sh(d.FY_DNSFWD, "--help")
         self.assertIn("--config FILE", r.stdout)
 
+    def test_status_finds_the_redirect_as_rendered(self):
+        args = ["--config", self.t.wall_config, *n.machine_args(self.t.ident),
+                "--resolvers", d.RESOLVER]
+        r = self.t.ident.fy_wall(self.t.guest, "status", "machine", *args)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        r = self.t.ident.fy_wall(None, "render", "machine", *args)
+        self.assertIn("dnat ip to 127.42.0.53:53", r.stdout)
+        # the redirect removed by hand: status says the wall is not as rendered
+        n.in_ns(self.t.guest, "nft", "flush", "chain", "inet", "fy_wall", "dns_redirect")
+        r = self.t.ident.fy_wall(self.t.guest, "status", "machine", *args)
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("dnat ip to 127.42.0.53:53", r.stdout)
+        r = self.t.ident.fy_wall(self.t.guest, "apply", "machine", *args)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("every :53 redirected to fy-dnsfwd at 127.42.0.53", r.stdout)
+
     def test_the_wall_refuses_a_forwarder_off_loopback(self):
         path = os.path.join(self.t.ident.dir, "badwall.toml")
         with open(path, "w") as f:
