@@ -33,6 +33,17 @@ Result<uint32_t> check_gateway(uint32_t ip) {
   return ip;
 }
 
+Result<uint32_t> check_dns_forwarder(uint32_t ip) {
+  if ((ip >> 24) != 127 || (ip & 0xffffff) == 0 || (ip & 0xffffff) == 0xffffff) {
+    return make_error(Errc::invalid_argument,
+                      "{} is not a loopback host address — fy-dnsfwd's address must be in "
+                      "127.0.0.0/8 (e.g. 127.42.0.53), so the redirected queries stay on this "
+                      "machine",
+                      format_ipv4(ip));
+  }
+  return ip;
+}
+
 Result<uint32_t> check_listener(uint32_t ip) {
   if ((ip >> 24) != 127 || (ip & 0xffffff) == 0 || (ip & 0xffffff) == 0xffffff) {
     return make_error(Errc::invalid_argument,
@@ -350,6 +361,17 @@ Result<Settings> read_config(std::string_view text, const std::string& path) {
         set(s.machine.agent_cgroup, *m, "agent_cgroup",
             take(*m, "agent_cgroup", parse_cgroup_path(*v)));
     }
+    // fy-dnsfwd's address: a 127/8 host address, as the guard's listener (the
+    // redirected packets must stay on this machine).
+    if (auto l = m->string("dns_forwarder")) {
+      auto ip = parse_ipv4(*l);
+      std::optional<uint32_t> v;
+      if (ip)
+        v = take(*m, "dns_forwarder", check_dns_forwarder(*ip));
+      else
+        m->error("dns_forwarder", ip.error().message);
+      set(s.machine.dns_forwarder, *m, "dns_forwarder", v);
+    }
     m->finish();
   }
   if (auto g = root.table("guard")) {
@@ -488,6 +510,7 @@ Result<MachineSpec> machine_spec(const Settings& s, const Env& env) {
                    : env.lima_agent_cgroup ? std::string(kLimaAgentCgroup)
                                            : std::string();
   m.forward_allow = k.forward_allow ? k.forward_allow->value : *parse_cidrs(kPrivateRanges);
+  m.dns_forwarder = k.dns_forwarder ? k.dns_forwarder->value : 0;
   return m;
 }
 

@@ -11,6 +11,7 @@
 //   resolvers = [...]         # default: resolv.conf's IPv4 nameservers (not
 //                             # loopback: lo is open), else Lima's 192.168.5.3
 //   agent_cgroup = "system.slice/lima-guestagent.service"  # default: that, if it exists
+//   dns_forwarder = "127.42.0.53"  # walled port 53 goes there (fy-dnsfwd); default none
 //   forward_allow = [...]     # default: the same four
 //   subuid_file = "/etc/subuid"
 //
@@ -62,6 +63,7 @@ struct MachineKeys : WallKeys {
   std::optional<Sourced<std::vector<Cidr4>>> resolvers;
   std::optional<Sourced<std::vector<Cidr4>>> forward_allow;
   std::optional<Sourced<std::string>> agent_cgroup;  // "" = none
+  std::optional<Sourced<uint32_t>> dns_forwarder;    // fy-dnsfwd's 127/8 address
 };
 
 struct GuardKeys : WallKeys {

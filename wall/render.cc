@@ -121,10 +121,18 @@ std::string render_machine(const MachineSpec& m) {
   out += "\t\t# port of root's finished UDP exchange met root's conntrack entry and got\n";
   out += "\t\t# out (docs/wall-escapes.md). Their own flows meet the rules below again.\n";
   out += "\t\tct direction reply accept\n";
-  out += "\t\t# DNS only to the resolvers the VM uses: any other :53 carries any protocol\n";
-  for (const Cidr4& c : m.resolvers) {
-    out += fmt::format("\t\tip daddr {} udp dport 53 accept\n", format_cidr(c));
-    out += fmt::format("\t\tip daddr {} tcp dport 53 accept\n", format_cidr(c));
+  if (m.dns_forwarder) {
+    // The nat chain rewrote the destination, not the route: this chain still
+    // sees the original output device, so the forwarder is admitted by address.
+    out += "\t\t# DNS only through fy-dnsfwd (dns_redirect rewrote every :53 to it)\n";
+    out += fmt::format("\t\tip daddr {} udp dport 53 accept\n", format_ipv4(m.dns_forwarder));
+    out += fmt::format("\t\tip daddr {} tcp dport 53 accept\n", format_ipv4(m.dns_forwarder));
+  } else {
+    out += "\t\t# DNS only to the resolvers the VM uses: any other :53 carries any protocol\n";
+    for (const Cidr4& c : m.resolvers) {
+      out += fmt::format("\t\tip daddr {} udp dport 53 accept\n", format_cidr(c));
+      out += fmt::format("\t\tip daddr {} tcp dport 53 accept\n", format_cidr(c));
+    }
   }
   out += "\t\t# the project's daemon ports on the host gateway, and nothing else there\n";
   for (const PortRange& p : m.ports) {
@@ -136,6 +144,21 @@ std::string render_machine(const MachineSpec& m) {
   out += "\t\tmeta l4proto tcp reject with tcp reset\n";
   out += "\t\treject\n";
   out += "\t}\n";
+  if (m.dns_forwarder) {
+    // Every port-53 packet of theirs, to any address (the resolver, a LAN
+    // host, a stub on loopback), goes to fy-dnsfwd, which passes only
+    // well-formed queries for names the policy could allow; the reply is
+    // un-NATed by conntrack, so the client sees its resolver answer.
+    out += "\tchain dns_redirect {\n";
+    out += "\t\ttype nat hook output priority -100; policy accept;\n";
+    for (const IdRange& r : walled) {
+      for (const char* proto : {"udp", "tcp"}) {
+        out += fmt::format("\t\tmeta skuid {} meta nfproto ipv4 {} dport 53 dnat ip to {}:53\n",
+                           format_id_range(r), proto, format_ipv4(m.dns_forwarder));
+      }
+    }
+    out += "\t}\n";
+  }
   out += "\tchain forward {\n";
   out += "\t\ttype filter hook forward priority 0; policy accept;\n";
   out += "\t\t# replies; the first direction of a flow is judged on every packet\n";
@@ -383,8 +406,11 @@ std::string render_families() {
 }
 
 std::string describe_machine(const MachineSpec& m) {
-  return fmt::format("{} default-deny; open: lo, DNS to {}, {} tcp {{{}}}; v6: lo only",
-                     describe_walled(m.walled), format_cidrs(m.resolvers), format_ipv4(m.gateway),
+  const std::string dns = m.dns_forwarder
+                              ? "every :53 redirected to fy-dnsfwd at " + format_ipv4(m.dns_forwarder)
+                              : "DNS to " + format_cidrs(m.resolvers);
+  return fmt::format("{} default-deny; open: lo, {}, {} tcp {{{}}}; v6: lo only",
+                     describe_walled(m.walled), dns, format_ipv4(m.gateway),
                      format_ports(m.ports));
 }
 

@@ -52,6 +52,11 @@ struct MachineSpec {
   // its sockets may reach only local destinations (it dials for whoever can
   // reach its unix socket, the walled user among them).
   std::string agent_cgroup;
+  // The DNS forwarder's address in the guest (fy-dnsfwd, a 127.0.0.0/8 host
+  // address), or 0 for none. When set, every udp/tcp port-53 packet of a
+  // walled principal is redirected to it (port 53 kept), whatever its
+  // destination, and the resolvers are no longer reachable directly.
+  uint32_t dns_forwarder = 0;
 };
 
 // The forwarder's guard (ip fy_guard + uid-scoped policy routes), in the guest.

@@ -1,0 +1,155 @@
+#!/usr/bin/python3
+"""DNS stand-ins for fy-dnsfwd's proofs and benchmark (no DNS library: the
+few bytes they need are built here).
+
+  dnsserve.py auth ADDR            an authoritative server for every name: TXT
+                                   "ok" and A 203.0.113.10; prints one JSON line
+                                   per query ({"name", "qtype", "from"}), the
+                                   iodine-style channel's receiving end
+  dnsserve.py recursor ADDR UP     a recursing resolver (Lima's hostagent, a home
+                                   router): relays every UDP datagram and TCP
+                                   message to UP:53 over UDP and the answer back;
+                                   prints {"dgram"|"conn"|"tcpmsg", "from", "len"}
+                                   for everything it receives, DNS or not
+
+Both listen on UDP and TCP ADDR:53, print READY when listening, and run until
+killed. UDP is served in order; TCP by a thread per connection.
+"""
+import json
+import socket
+import struct
+import sys
+import threading
+
+lock = threading.Lock()
+
+
+def emit(obj):
+    with lock:
+        sys.stdout.write(json.dumps(obj) + "\n")
+        sys.stdout.flush()
+
+
+def qname(msg):
+    """The question's name and type, or (None, None) when it is not one."""
+    try:
+        at, labels = 12, []
+        while msg[at]:
+            n = msg[at]
+            labels.append(msg[at + 1:at + 1 + n].decode("ascii", "replace"))
+            at += 1 + n
+        qtype = struct.unpack("!H", msg[at + 1:at + 3])[0]
+        return ".".join(labels).lower(), qtype, at + 5
+    except (IndexError, struct.error):
+        return None, None, None
+
+
+def auth_answer(msg):
+    name, qtype, end = qname(msg)
+    if name is None or len(msg) < 12:
+        return None, name, qtype
+    head = msg[:2] + struct.pack("!HHHHH", 0x8400 | (struct.unpack("!H", msg[2:4])[0] & 0x0100),
+                                 1, 1, 0, 0)
+    q = msg[12:end]
+    if qtype == 16:
+        rdata = b"\x02ok"
+        rr = b"\xc0\x0c" + struct.pack("!HHIH", 16, 1, 0, len(rdata)) + rdata
+    else:
+        rr = b"\xc0\x0c" + struct.pack("!HHIH", 1, 1, 0, 4) + socket.inet_aton("203.0.113.10")
+    return head + q + rr, name, qtype
+
+
+def serve_tcp(addr, on_msg, note_conn):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((addr, 53))
+    s.listen(64)
+
+    def conn(c, peer):
+        note_conn(peer)
+        buf = b""
+        try:
+            c.settimeout(10)
+            while True:
+                d = c.recv(65536)
+                if not d:
+                    return
+                buf += d
+                while len(buf) >= 2 and len(buf) >= 2 + struct.unpack("!H", buf[:2])[0]:
+                    n = struct.unpack("!H", buf[:2])[0]
+                    m, buf = buf[2:2 + n], buf[2 + n:]
+                    a = on_msg(m, peer, True)
+                    if a:
+                        c.sendall(struct.pack("!H", len(a)) + a)
+        except OSError:
+            pass
+        finally:
+            c.close()
+
+    def loop():
+        while True:
+            c, peer = s.accept()
+            threading.Thread(target=conn, args=(c, peer), daemon=True).start()
+    threading.Thread(target=loop, daemon=True).start()
+
+
+def main():
+    mode, addr = sys.argv[1], sys.argv[2]
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind((addr, 53))
+    if mode == "auth":
+        def on_msg(m, peer, tcp):
+            a, name, qtype = auth_answer(m)
+            emit({"name": name, "qtype": qtype, "from": f"{peer[0]}:{peer[1]}", "tcp": tcp})
+            return a
+        serve_tcp(addr, on_msg, lambda peer: None)
+        print("READY", flush=True)
+        while True:
+            m, peer = udp.recvfrom(65536)
+            a = on_msg(m, peer, False)
+            if a:
+                udp.sendto(a, peer)
+    elif mode == "recursor":
+        up = (sys.argv[3], 53)
+
+        def relay(m):
+            u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            u.settimeout(2)
+            try:
+                u.sendto(m, up)
+                return u.recv(65536)
+            except OSError:
+                return None
+            finally:
+                u.close()
+
+        def on_tcp(m, peer, tcp):
+            emit({"tcpmsg": True, "from": f"{peer[0]}:{peer[1]}", "len": len(m)})
+            return relay(m)
+        serve_tcp(addr, on_tcp, lambda peer: emit({"conn": True, "from": f"{peer[0]}:{peer[1]}"}))
+        print("READY", flush=True)
+
+        # UDP is relayed in order on one socket: the proofs and the benchmark
+        # ask one query at a time, and a thread a query would only add jitter.
+        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        u.connect(up)
+        u.settimeout(2)
+        while True:
+            m, peer = udp.recvfrom(65536)
+            emit({"dgram": True, "from": f"{peer[0]}:{peer[1]}", "len": len(m)})
+            if qname(m)[0] is None:
+                continue  # not DNS: recorded (it arrived), not relayed
+            try:
+                u.send(m)
+                a = u.recv(65536)
+                while a[:2] != m[:2]:  # a late answer to an earlier query
+                    a = u.recv(65536)
+                udp.sendto(a, peer)
+            except OSError:
+                pass
+    else:
+        raise SystemExit(f"unknown mode {mode}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,330 @@
+#!/usr/bin/python3
+"""fy-dnsfwd and the machine wall's DNS redirect, in network namespaces
+(dnsnet.py): real nft, real sockets, the real binaries.
+
+Each class of escape the forwarder closes is tried twice: under the machine
+wall as it is on main (DNS admitted to the VM's resolver, or, for the LAN
+host, to every private range: the old default), where it gets out, and
+under the wall with `dns_forwarder`, where it does not. docs/wall-escapes.md
+rows 102-111 are these tests.
+"""
+import os
+import socket
+import struct
+import subprocess
+import time
+import unittest
+
+import dnsnet as d
+import fywnet as n
+
+U = n.WALLED_UID
+SUB = n.SUBUID_START + 7
+
+
+class DnsForwarder(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.mark = len(n._undo)
+        cls.t = d.DnsTopology()
+        cls.p, cls.log, cls.err = cls.t.start_dnsfwd(cls.t.dnsfwd_config())
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            text = d.stop_dnsfwd(cls.p, cls.err)
+            assert "stopped: forwarded" in text, text[-2000:]
+        finally:
+            n.cleanup(cls.mark)
+
+    def setUp(self):
+        self.t.wall(forwarder=True)
+
+    def logged(self, **want):
+        """The forwarder's log lines that have every key of `want`."""
+        return [l for l in d.read_log(self.log) if all(l.get(k) == v for k, v in want.items())]
+
+    def resolver_saw(self):
+        return len(self.t.resolver.records())
+
+    def auth_saw(self, suffix):
+        return [r for r in self.t.auth.records() if r["name"] and r["name"].endswith(suffix)]
+
+    # ---- the redirect, and who asked ----
+
+    def test_walled_query_is_redirected_and_answered(self):
+        for uid in (U, SUB):
+            for proto in ([], ["--tcp"]):
+                r = d.dnsprobe(self.t.guest, uid, "query", d.RESOLVER, f"u{uid}.api.github.com",
+                               *proto)
+                self.assertEqual(r["answered"], 1, r)
+                self.assertEqual(r["rcodes"], {"0": 1}, r)
+                self.assertEqual(r["from"], f"{d.RESOLVER}:53", r)  # the client sees its resolver
+        lines = self.logged(name=f"u{U}.api.github.com", verdict="forwarded")
+        self.assertEqual({l["proto"] for l in lines}, {"udp", "tcp"}, lines)
+        for l in lines:
+            self.assertEqual(l["ns"], "vm")
+            self.assertTrue(l["src"].startswith(f"{d.GUEST}:"), l)
+            self.assertEqual(l["upstream"], f"{d.RESOLVER}:53")
+            self.assertEqual(l.get("uid"), U, l)  # the asking socket's owner (sock_diag)
+        sub = self.logged(name=f"u{SUB}.api.github.com", verdict="forwarded")
+        self.assertEqual([l.get("uid") for l in sub], [SUB, SUB], sub)
+        self.assertTrue(self.auth_saw(f"u{SUB}.api.github.com"))
+        # root is not walled: its queries go to the resolver itself, unlogged
+        before = len(d.read_log(self.log))
+        r = d.dnsprobe(self.t.guest, 0, "query", d.RESOLVER, "root.example.net")
+        self.assertEqual(r["rcodes"], {"0": 1}, r)
+        self.assertEqual(len(d.read_log(self.log)), before)
+
+    def test_the_log_names_the_container_in_the_bridge_namespace(self):
+        r = d.dnsprobe(self.t.ctr, 0, "query", d.BRIDGE_GW, "files.pypi.org")
+        self.assertEqual(r["rcodes"], {"0": 1}, r)
+        lines = self.logged(name="files.pypi.org")
+        self.assertEqual(len(lines), 1, lines)
+        self.assertEqual(lines[0]["ns"], "bridge")
+        self.assertTrue(lines[0]["src"].startswith(f"{d.CTR}:"), lines[0])
+        self.assertEqual(lines[0]["verdict"], "forwarded")
+        self.assertNotIn("uid", lines[0])  # its socket is in the container's namespace
+
+    # ---- the classes closed, each with its control ----
+
+    def test_a_dns_tunnel_through_the_vms_resolver(self):
+        """E37/E41: TXT queries whose labels carry data reach the zone's
+        authoritative server through a recursing resolver. Under the wall
+        as on main: they arrive. Through fy-dnsfwd: REFUSED, none arrives."""
+        label = "mzxw6ytboi" * 6
+        try:
+            self.t.wall(forwarder=False)
+            r = d.dnsprobe(self.t.guest, U, "query", d.RESOLVER, f"{label}.old.t.example",
+                           "--qtype", "TXT")
+            self.assertEqual(r["rcodes"], {"0": 1}, r)
+            self.assertEqual(len(self.auth_saw("old.t.example")), 1)
+        finally:
+            self.t.wall(forwarder=True)
+        r = d.dnsprobe(self.t.guest, U, "query", d.RESOLVER, f"{label}.new.t.example",
+                       "--qtype", "TXT")
+        self.assertEqual(r["rcodes"], {"5": 1}, r)  # REFUSED by the forwarder
+        self.assertEqual(self.auth_saw("new.t.example"), [])
+        line = self.logged(name=f"{label}.new.t.example")
+        self.assertEqual(line[0]["verdict"], "refused", line)
+        self.assertEqual(line[0].get("uid"), U, line)
+
+    def test_non_dns_bytes_to_port_53_are_refused(self):
+        """E39: a non-DNS session to the resolver's :53. Under the wall as on
+        main the resolver's address takes it; through fy-dnsfwd the TCP
+        session is closed and a datagram gets nothing, and the resolver sees
+        neither."""
+        try:
+            self.t.wall(forwarder=False)
+            seen = self.resolver_saw()
+            r = d.dnsprobe(self.t.guest, U, "raw", d.RESOLVER, "SSH-2.0-OpenSSH_9.2\r\n", "--tcp",
+                           "--timeout", "1")
+            self.assertEqual(r["outcome"], "timeout", r)  # accepted; the stand-in waits for more
+            d.dnsprobe(self.t.guest, U, "raw", d.RESOLVER, "WG handshake", "--timeout", "0.5")
+            self.assertGreaterEqual(self.resolver_saw() - seen, 2, "old rules: not reached")
+        finally:
+            self.t.wall(forwarder=True)
+        seen = self.resolver_saw()
+        r = d.dnsprobe(self.t.guest, U, "raw", d.RESOLVER, "SSH-2.0-OpenSSH_9.2\r\n", "--tcp")
+        self.assertEqual(r["outcome"], "closed", r)
+        r = d.dnsprobe(self.t.guest, U, "raw", d.RESOLVER, "WG handshake", "--timeout", "0.5")
+        self.assertEqual(r["outcome"], "timeout", r)
+        self.assertEqual(self.resolver_saw(), seen)
+        self.assertTrue(self.logged(verdict="malformed", proto="tcp"))
+        self.assertTrue(self.logged(verdict="malformed", proto="udp"))
+
+    def test_another_private_hosts_port_53_is_not_reached(self):
+        """E38: a LAN host's ssh moved to :53 (a plain listener). Under the old
+        default resolvers (every private range) it answered; now every :53 of
+        a walled principal goes to fy-dnsfwd: non-DNS bytes are refused, a
+        query is answered by the VM's resolver, and the LAN host sees nothing."""
+        try:
+            self.t.wall(forwarder=False, resolvers="127.0.0.0/8,10.0.0.0/8,172.16.0.0/12,"
+                                                   "192.168.0.0/16")
+            r = n.probe(self.t.guest, U, "tcp", d.LAN, 53)
+            self.assertEqual(r["reply"], f"lan tcp {d.LAN}:53", r)
+        finally:
+            self.t.wall(forwarder=True)
+        seen = len(self.t.lan_srv.records())
+        r = d.dnsprobe(self.t.guest, U, "raw", d.LAN, "SSH-2.0-OpenSSH_9.2\r\n", "--tcp")
+        self.assertEqual(r["outcome"], "closed", r)
+        r = d.dnsprobe(self.t.guest, U, "raw", d.LAN, "datagram", "--timeout", "0.5")
+        self.assertEqual(r["outcome"], "timeout", r)
+        r = d.dnsprobe(self.t.guest, U, "query", d.LAN, "lan.github.com")
+        self.assertEqual(r["rcodes"], {"0": 1}, r)  # answered, by the VM's resolver
+        self.assertEqual(len(self.t.lan_srv.records()), seen)
+
+    def test_a_root_stub_on_loopback_is_reached_only_through_the_forwarder(self):
+        """E20/E22's DNS half (row 93): a root resolver stub on 127.0.0.53
+        forwards whatever it is sent. Under the wall as on main the walled
+        user reaches it (loopback is open); now its :53 goes to fy-dnsfwd."""
+        stub = n.Server(self.t.guest, "stub", "udp:127.0.0.53:53", "tcp:127.0.0.53:53")
+        try:
+            self.t.wall(forwarder=False)
+            r = n.probe(self.t.guest, U, "tcp", "127.0.0.53", 53)
+            self.assertEqual(r["reply"], "stub tcp 127.0.0.53:53", r)
+        finally:
+            self.t.wall(forwarder=True)
+        seen = len(stub.records())
+        r = d.dnsprobe(self.t.guest, U, "raw", "127.0.0.53", "not dns", "--tcp")
+        self.assertEqual(r["outcome"], "closed", r)
+        r = d.dnsprobe(self.t.guest, U, "query", "127.0.0.53", "stub.github.com")
+        self.assertEqual(r["rcodes"], {"0": 1}, r)
+        self.assertEqual(len(stub.records()), seen)
+
+    def test_rate_is_bounded_per_source(self):
+        """200 queries back to back: under the wall as on main the resolver
+        answers every one; through fy-dnsfwd (rate 20/s, burst 20) about
+        burst + rate x elapsed, the rest dropped and logged rate-limited; a
+        container's bucket is its own."""
+        try:
+            self.t.wall(forwarder=False)
+            r = d.dnsprobe(self.t.guest, U, "query", d.RESOLVER, "old.rate.github.com",
+                           "--count", "200", "--timeout", "1")
+            self.assertEqual(r["answered"], 200, r)
+        finally:
+            self.t.wall(forwarder=True)
+        time.sleep(1.1)  # a full bucket
+        t0 = time.monotonic()
+        r = d.dnsprobe(self.t.guest, U, "query", d.RESOLVER, "rate.github.com", "--count", "200",
+                       "--timeout", "0.02", timeout=60)
+        took = time.monotonic() - t0
+        print(f"measure: rate 20/s burst 20: {r['answered']} of 200 answered in {took:.2f} s")
+        self.assertGreaterEqual(r["answered"], 20, r)
+        self.assertLessEqual(r["answered"], 20 + 20 * took + 2, r)
+        self.assertTrue(self.logged(verdict="rate-limited", src=self.logged(
+            name="rate.github.com")[0]["src"]))
+        r = d.dnsprobe(self.t.ctr, 0, "query", d.BRIDGE_GW, "ctr.rate.github.com")
+        self.assertEqual(r["rcodes"], {"0": 1}, r)
+
+    def test_size_is_bounded(self):
+        """A 600-byte query (EDNS padding) over UDP, and a TCP message that
+        announces 4000 bytes: the resolver took both under the wall as on
+        main; fy-dnsfwd drops the first (too-large) and closes the second."""
+        try:
+            self.t.wall(forwarder=False)
+            r = d.dnsprobe(self.t.guest, U, "query", d.RESOLVER, "big.github.com", "--pad", "550")
+            self.assertEqual(r["answered"], 1, r)
+        finally:
+            self.t.wall(forwarder=True)
+        r = d.dnsprobe(self.t.guest, U, "query", d.RESOLVER, "big2.github.com", "--pad", "550",
+                       "--timeout", "0.5")
+        self.assertEqual(r["timeouts"], 1, r)
+        self.assertTrue(self.logged(verdict="too-large"))
+        r = d.dnsprobe(self.t.guest, U, "raw", d.RESOLVER, "\x0f\xa0" + "x" * 100, "--tcp")
+        self.assertEqual(r["outcome"], "closed", r)
+        # a small padded query is still a query
+        r = d.dnsprobe(self.t.guest, U, "query", d.RESOLVER, "small.github.com", "--pad", "40")
+        self.assertEqual(r["rcodes"], {"0": 1}, r)
+
+    def test_without_the_forwarder_the_redirect_fails_closed(self):
+        """fy-dnsfwd stopped: the redirected :53 reaches no one (refused),
+        and nothing goes to the resolver directly."""
+        cfg = self.t.dnsfwd_config(listen=[("127.42.0.54", "", "vm2")])
+        p, log, err = self.t.start_dnsfwd(cfg)
+        self.assertIn("stopped:", d.stop_dnsfwd(p, err))
+        # the wall pointed at the stopped forwarder's address
+        fd_cfg = os.path.join(self.t.ident.dir, "wall54.toml")
+        with open(fd_cfg, "w") as f:
+            f.write('[machine]\ndns_forwarder = "127.42.0.54"\n')
+        r = self.t.ident.fy_wall(self.t.guest, "apply", "machine", "--config", fd_cfg,
+                                 *n.machine_args(self.t.ident), "--resolvers", d.RESOLVER)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        seen = self.resolver_saw()
+        r = d.dnsprobe(self.t.guest, U, "query", d.RESOLVER, "x.github.com", "--timeout", "0.5")
+        self.assertEqual(r["answered"], 0, r)
+        r = d.dnsprobe(self.t.guest, U, "raw", d.RESOLVER, "x", "--tcp")
+        self.assertEqual(r["outcome"], "refused", r)
+        self.assertEqual(self.resolver_saw(), seen)
+
+    # ---- failing closed, and saying why ----
+
+    def test_a_dead_upstream_gives_servfail_and_says_so(self):
+        cfg = self.t.dnsfwd_config(upstream="192.168.5.99",
+                                   listen=[("127.42.0.55", "", "dead")])
+        p, log, err = self.t.start_dnsfwd(cfg)
+        r = d.dnsprobe(self.t.guest, 0, "query", "127.42.0.55", "dead.github.com",
+                       "--timeout", "3")
+        self.assertEqual(r["rcodes"], {"2": 1}, r)  # SERVFAIL
+        text = d.stop_dnsfwd(p, err)
+        self.assertIn("upstream 192.168.5.99:53 did not answer within 500 ms", text)
+        self.assertEqual([l["verdict"] for l in d.read_log(log)], ["upstream-timeout"])
+
+    def test_an_upstream_that_refuses_gives_servfail_at_once(self):
+        # 192.168.5.2 is up, with nothing on 53: ICMP port unreachable
+        cfg = self.t.dnsfwd_config(upstream="192.168.5.2", listen=[("127.42.0.56", "", "icmp")],
+                                   timeout_ms=5000)
+        p, log, err = self.t.start_dnsfwd(cfg)
+        t0 = time.monotonic()
+        r = d.dnsprobe(self.t.guest, 0, "query", "127.42.0.56", "refused.github.com",
+                       "--timeout", "4")
+        took = time.monotonic() - t0
+        self.assertEqual(r["rcodes"], {"2": 1}, r)
+        self.assertLess(r["lat_us"][0], 1_000_000, "SERVFAIL only at the deadline")
+        text = d.stop_dnsfwd(p, err)
+        self.assertIn("upstream 192.168.5.2:53: ECONNREFUSED", text)
+        self.assertEqual([l["verdict"] for l in d.read_log(log)], ["upstream-error"])
+        print(f"measure: SERVFAIL from a refusing upstream after {r['lat_us'][0] / 1000:.1f} ms "
+              f"(the client's run {took:.2f} s)")
+
+    def test_bad_configs_are_refused_with_where_and_what(self):
+        cases = [
+            ('upstream = ["192.168.5.3"]\n', 3, "at least one [[listen]] is required"),
+            ('[[listen]]\naddress = "127.42.0.53"\n', 3, "upstream is required"),
+            ('upstream = ["resolver.lan"]\n[[listen]]\naddress = "127.42.0.53"\n', 3,
+             "'resolver.lan' is not an IP address"),
+            ('upstream = ["192.168.5.3"]\nrate = 0\n[[listen]]\naddress = "127.42.0.53"\n', 3,
+             "rate"),
+            ('upstream = ["192.168.5.3"]\nallowed = ["x"]\n[[listen]]\naddress = "127.42.0.53"\n',
+             3, "allowed"),
+            ('upstream = ["192.168.5.3"]\n[[listen]]\naddress = "127.42.0.53"\n'
+             'netns = "/run/netns/fyw-none"\n', 4, "cannot open the namespace"),
+            ('upstream = ["192.168.5.3"]\n[[listen]]\naddress = "192.168.5.15:53"\n'
+             '[[listen]]\naddress = "192.168.5.15:53"\n', 4, "another resolver holds"),
+        ]
+        for text, code, needle in cases:
+            path = os.path.join(self.t.ident.dir, "bad.toml")
+            with open(path, "w") as f:
+                f.write(text)
+            r = n.sh(*n.nsexec(self.t.guest, d.FY_DNSFWD, "--config", path), check=False,
+                     timeout=10)
+            self.assertEqual(r.returncode, code, (text, r.stderr))
+            self.assertIn(needle, r.stderr, text)
+            self.assertTrue(r.stderr.strip().splitlines()[-1].startswith("✗ "), r.stderr)
+            if code == 3:
+                self.assertIn(f"{path}:", r.stderr)
+        r = n.sh(d.FY_DNSFWD, check=False)
+        self.assertEqual(r.returncode, 2)
+        r = n.sh(d.FY_DNSFWD, "--help")
+        self.assertIn("--config FILE", r.stdout)
+
+    def test_status_finds_the_redirect_as_rendered(self):
+        args = ["--config", self.t.wall_config, *n.machine_args(self.t.ident),
+                "--resolvers", d.RESOLVER]
+        r = self.t.ident.fy_wall(self.t.guest, "status", "machine", *args)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        r = self.t.ident.fy_wall(None, "render", "machine", *args)
+        self.assertIn("dnat ip to 127.42.0.53:53", r.stdout)
+        # the redirect removed by hand: status says the wall is not as rendered
+        n.in_ns(self.t.guest, "nft", "flush", "chain", "inet", "fy_wall", "dns_redirect")
+        r = self.t.ident.fy_wall(self.t.guest, "status", "machine", *args)
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("dnat ip to 127.42.0.53:53", r.stdout)
+        r = self.t.ident.fy_wall(self.t.guest, "apply", "machine", *args)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("every :53 redirected to fy-dnsfwd at 127.42.0.53", r.stdout)
+
+    def test_the_wall_refuses_a_forwarder_off_loopback(self):
+        path = os.path.join(self.t.ident.dir, "badwall.toml")
+        with open(path, "w") as f:
+            f.write('[machine]\ndns_forwarder = "192.168.5.3"\n')
+        r = self.t.ident.fy_wall(None, "render", "machine", "--config", path,
+                                 *n.machine_args(self.t.ident))
+        self.assertEqual(r.returncode, 3, r.stderr)
+        self.assertIn("dns_forwarder", r.stderr)
+        self.assertIn("127.0.0.0/8", r.stderr)
+
+
+if __name__ == "__main__":
+    n.sweep_stale()
+    unittest.main(verbosity=2)

@@ -1,0 +1,103 @@
+#include "wall/dnsfwd/config.h"
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "core/config.h"
+
+namespace fy::dnsfwd {
+namespace {
+
+std::optional<HostPort> address(cfg::Table& t, std::string_view key, std::string_view v) {
+  auto hp = parse_authority(v, 53);
+  if (!hp || (!is_ipv4_literal(hp->host) && !is_ipv6_literal(hp->host))) {
+    t.error(key, fmt::format("'{}' is not an IP address with an optional port — write e.g. "
+                             "\"192.168.5.3\" or \"127.42.0.53:53\"",
+                             v));
+    return std::nullopt;
+  }
+  return *hp;
+}
+
+}  // namespace
+
+Result<Config> parse_config(std::string_view text, const std::string& path) {
+  auto doc = cfg::Doc::parse(text, path);
+  if (!doc) return std::move(doc).take_error();
+  Config c;
+  c.path = path;
+  cfg::Table root = doc->root();
+  if (auto v = root.strings("upstream")) {
+    for (const std::string& s : *v) {
+      if (auto hp = address(root, "upstream", s)) c.upstream.push_back(*hp);
+    }
+    if (v->empty()) root.error("upstream", "is empty — name the resolver the VM uses, e.g. [\"192.168.5.3\"]");
+  } else if (!root.has("upstream")) {
+    root.error("", "upstream is required: the resolver the VM uses (its resolv.conf's, or "
+                   "Lima's 192.168.5.3)");
+  }
+  if (auto v = root.strings("allow")) {
+    for (const std::string& s : *v) {
+      auto n = normalize_host(s);
+      if (!n || is_ipv4_literal(*n) || is_ipv6_literal(*n)) {
+        root.error("allow", fmt::format("'{}' is not a host name suffix — write e.g. "
+                                        "\"github.com\" (it allows the name and every name below)",
+                                        s));
+      } else {
+        c.policy.allow.push_back(*n);
+      }
+    }
+  }
+  if (auto v = root.string("log")) c.log = *v;
+  if (auto v = root.real("rate", 0.1, 100000)) c.policy.rate = *v;
+  if (auto v = root.real("burst", 1, 1000000)) c.policy.burst = *v;
+  if (auto v = root.integer("max_query", 17, static_cast<int64_t>(wall::dns::kMaxQuery)))
+    c.policy.max_query = static_cast<size_t>(*v);
+  if (auto v = root.integer("max_sources", 1, 1 << 20)) c.policy.max_sources = static_cast<size_t>(*v);
+  if (auto v = root.integer("timeout_ms", 50, 60000)) c.timeout_ms = static_cast<uint32_t>(*v);
+  if (auto v = root.integer("max_pending", 1, 60000)) c.max_pending = static_cast<uint32_t>(*v);
+  if (auto v = root.integer("max_tcp_clients", 1, 100000))
+    c.max_tcp_clients = static_cast<uint32_t>(*v);
+  if (auto v = root.integer("tcp_idle_ms", 100, 600000)) c.tcp_idle_ms = static_cast<uint32_t>(*v);
+  if (auto v = root.boolean("log_uid")) c.log_uid = *v;
+  auto ls = root.tables("listen");
+  if (ls.empty() && !root.has("listen")) {
+    root.error("", "at least one [[listen]] is required: where the wall's redirect sends "
+                   "port 53 (e.g. address = \"127.42.0.53\")");
+  }
+  for (cfg::Table& l : ls) {
+    Listen out;
+    if (auto v = l.string("address")) {
+      if (auto hp = address(l, "address", *v)) out.address = *hp;
+    } else {
+      l.error("", "[[listen]] needs address, e.g. \"127.42.0.53\"");
+    }
+    if (auto v = l.string("netns")) out.netns = *v;
+    if (auto v = l.string("name")) out.name = *v;
+    if (out.name.empty()) out.name = out.netns.empty() ? "vm" : out.netns;
+    l.finish();
+    c.listen.push_back(std::move(out));
+  }
+  root.finish();
+  FY_TRY(doc->result());
+  return c;
+}
+
+Result<Config> read_config_file(const std::string& path) {
+  FILE* f = fopen(path.c_str(), "re");
+  if (!f) {
+    return make_error(Errc::not_found, "cannot read the config {}: {} — write one (docs/fy-dnsfwd.md)",
+                      path, strerror(errno));
+  }
+  std::string text;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0 && text.size() < (1 << 20)) text.append(buf, n);
+  fclose(f);
+  return parse_config(text, path);
+}
+
+}  // namespace fy::dnsfwd

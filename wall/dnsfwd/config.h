@@ -1,0 +1,57 @@
+// fy-dnsfwd's configuration (docs/fy-dnsfwd.md), read whole and checked with
+// file:line errors, every problem reported at once; unknown keys refused.
+//
+//   upstream = ["192.168.5.3"]          # the VM's resolver(s): "ip" or "ip:port"
+//   allow = ["github.com", "pypi.org"]  # the names the proxy's policy could allow
+//   log = "/var/log/foldyard/dnsfwd.jsonl"   # one JSON line a query; "-" = stdout
+//   rate = 20                           # queries a second per source address
+//   burst = 40
+//   max_query = 512                     # bytes
+//   timeout_ms = 2000                   # the upstream's answer
+//   max_pending = 1024                  # queries upstream at once
+//   max_tcp_clients = 64
+//   tcp_idle_ms = 10000
+//   log_uid = true                      # the asking socket's uid in the log
+//
+//   [[listen]]                          # one or more
+//   address = "127.42.0.53"             # "ip" (port 53) or "ip:port"
+//   netns = "/run/netns/bridge"         # optional: the namespace to listen in
+//   name = "vm"                         # logged as "ns"; default "vm" or the netns path
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/net.h"
+#include "core/result.h"
+#include "wall/dnsfwd/judge.h"
+
+namespace fy::dnsfwd {
+
+struct Listen {
+  HostPort address;
+  std::string netns;  // "" = the daemon's own namespace
+  std::string name;
+};
+
+struct Config {
+  std::string path;
+  std::vector<HostPort> upstream;
+  std::vector<Listen> listen;
+  Policy policy;
+  std::string log = "-";
+  uint32_t timeout_ms = 2000;
+  uint32_t max_pending = 1024;
+  uint32_t max_tcp_clients = 64;
+  uint32_t tcp_idle_ms = 10000;
+  // Look the asking socket's uid up (sock_diag) for the log; costs one
+  // netlink round trip a query, overlapped with the upstream's.
+  bool log_uid = true;
+};
+
+Result<Config> parse_config(std::string_view text, const std::string& path);
+Result<Config> read_config_file(const std::string& path);
+
+}  // namespace fy::dnsfwd

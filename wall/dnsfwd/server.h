@@ -1,0 +1,95 @@
+// fy-dnsfwd's loop: UDP and TCP listeners (each in the namespace its config
+// names), one upstream UDP socket per address family in the daemon's own
+// namespace, and the table of queries upstream. Every decision is judge.h's;
+// this file only moves bytes and writes the log.
+//
+// Ownership: the Server owns its listeners and upstream sockets by value
+// (in heap objects it keeps until destruction) and each TcpClient, which it
+// frees in the client's last close callback. close() starts closing every
+// handle; the caller runs the loop until it is empty, then destroys the
+// Server (the destructor asserts close() ran).
+#pragma once
+
+#include <uv.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/log.h"
+#include "core/result.h"
+#include "wall/dnsfwd/config.h"
+#include "wall/dnsfwd/judge.h"
+
+namespace fy::dnsfwd {
+
+struct Stats {
+  uint64_t forwarded = 0, answered = 0, refused = 0, malformed = 0, rate_limited = 0,
+           too_large = 0, upstream_timeouts = 0, upstream_bad = 0, overloaded = 0,
+           tcp_clients = 0, tcp_refused = 0, log_suppressed = 0;
+};
+
+class Server {
+ public:
+  // `log_fd`: where the JSON lines go (not owned).
+  Server(uv_loop_t* loop, Config cfg, int log_fd);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Opens every listener and the upstream sockets; an error names the
+  // listener and what to do. Nothing is left open on failure but what
+  // close() closes.
+  Result<void> start();
+  // Starts closing every handle; queries upstream are dropped.
+  void close();
+  const Stats& stats() const { return stats_; }
+
+ private:
+  struct Listener;
+  struct TcpClient;
+  struct Pending;
+  struct Upstream;
+
+  void on_udp(Listener* l, ssize_t n, const uv_buf_t* buf, const sockaddr* from, unsigned flags);
+  void on_upstream(Upstream* u, ssize_t n, const uv_buf_t* buf, const sockaddr* from);
+  void on_accept(Listener* l);
+  void on_tcp_read(TcpClient* c, ssize_t n, const uv_buf_t* buf);
+  void close_client(TcpClient* c);
+  // One message from a client (UDP datagram or TCP frame).
+  void handle(Listener* l, bool tcp, const sockaddr* from, TcpClient* c,
+              std::span<const uint8_t> wire);
+  void reply(Pending& p, std::span<const uint8_t> bytes);
+  void reply_to(Listener* l, bool tcp, const sockaddr* to, uint64_t conn,
+                std::span<const uint8_t> bytes);
+  void sweep();
+  // The asking socket's uid, when log_uid and its socket is in `l`'s namespace.
+  std::optional<uint32_t> asker_uid(Listener* l, bool tcp, const sockaddr* from, TcpClient* c);
+  void log_line(const std::string& ns, bool tcp, const std::string& src, const Verdict* v,
+                const wall::dns::Query* q, const char* verdict, const std::string& reason,
+                int rcode, const std::string& upstream, double ms,
+                std::optional<uint32_t> uid = std::nullopt);
+
+  uv_loop_t* loop_;
+  Config cfg_;
+  int log_fd_;
+  RateBound rate_;
+  std::vector<std::unique_ptr<Listener>> listeners_;
+  std::vector<std::unique_ptr<Upstream>> upstreams_;  // one per configured address
+  std::unordered_map<uint16_t, Pending> pending_;     // by the id we sent upstream
+  std::unordered_map<uint64_t, TcpClient*> clients_;
+  uint64_t next_client_ = 1;
+  size_t next_upstream_ = 0;
+  uv_timer_t sweep_{};
+  std::mt19937 rng_;
+  log::RateLimit drop_log_{50, 1000};  // malformed and rate-limited lines
+  std::vector<uint8_t> rbuf_;
+  Stats stats_;
+  bool started_ = false, closed_ = false;
+};
+
+}  // namespace fy::dnsfwd
