@@ -95,7 +95,18 @@ Result<size_t> Starts::record(std::string_view id, pid_t pid) {
     }
     if (by_ip_.size() + ips.size() > kMaxEntries) by_ip_.clear();
   }
-  for (const auto& ip : ips) by_ip_[ip] = Entry{std::string(id), pid, st.st_dev, st.st_ino};
+  for (const auto& ip : ips) {
+    Entry e{std::string(id), pid, st.st_dev, st.st_ino, false};
+    auto it = by_ip_.find(ip);
+    if (it != by_ip_.end() && it->second.dev == e.dev && it->second.ino == e.ino &&
+        it->second.id != e.id) {
+      // A namespace shared by containers (a pod, --network container:): the
+      // address names none of them alone; kept, so the share is remembered.
+      it->second.shared = true;
+      continue;
+    }
+    by_ip_[ip] = std::move(e);
+  }
   ++recorded_;
   return ips.size();
 }
@@ -110,7 +121,7 @@ std::string Starts::holder(const std::string& ip) {
     by_ip_.erase(it);
     return {};
   }
-  return it->second.id;
+  return it->second.shared ? std::string() : it->second.id;
 }
 
 size_t Starts::size() const {

@@ -40,7 +40,9 @@ class Starts {
   // and IPv6 link-local excluded) for `id`, replacing any earlier holder of
   // each. Returns how many addresses it recorded.
   Result<size_t> record(std::string_view id, pid_t pid);
-  // The container id recorded for `ip`, "" when none or no longer valid.
+  // The container id recorded for `ip`; "" when none, no longer valid (its
+  // namespace is gone), or shared by two recorded containers (a pod, or
+  // --network container:), where the address names none of them alone.
   std::string holder(const std::string& ip);
   size_t size() const;
   uint64_t recorded() const;
@@ -54,6 +56,7 @@ class Starts {
     pid_t pid = 0;
     dev_t dev = 0;
     ino_t ino = 0;
+    bool shared = false;  // another container started in the same namespace
   };
   mutable std::mutex mu_;
   std::map<std::string, Entry, std::less<>> by_ip_;  // guarded by mu_

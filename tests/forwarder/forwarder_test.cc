@@ -731,6 +731,12 @@ TEST_CASE("starts: a process's addresses, for as long as its namespace lives") {
   CHECK(*r == 1);  // loopback not counted
   CHECK(starts.holder("10.217.0.5") == id);
   CHECK(starts.holder("10.217.0.6").empty());
+  // The same start again changes nothing; a second container in the same
+  // namespace (a pod) makes the address name neither.
+  REQUIRE(starts.record(id, child).ok());
+  CHECK(starts.holder("10.217.0.5") == id);
+  REQUIRE(starts.record(std::string(64, 'f'), child).ok());
+  CHECK(starts.holder("10.217.0.5").empty());
   // The forwarder's own namespace is never recorded as a container's.
   auto own = starts.record(std::string(64, 'e'), ::getpid());
   REQUIRE(own.ok());
