@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "core/text.h"
+#include "forwarder/attrib.h"
 #include "forwarder/fd.h"
 #include "forwarder/netns.h"
 
@@ -56,6 +57,14 @@ Result<size_t> Starts::record(std::string_view id, pid_t pid) {
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0)
     return make_error(Errc::io, "cannot stat {}: {}", path, std::strerror(errno));
+  // The claim against the kernel's record: a pid whose cgroup names a
+  // container (libpod-<id>.scope, the walk the VM listener trusts) must be
+  // that container. (A pid in no such scope, cgroups disabled, is taken on
+  // the hook's word.)
+  std::string cls = Attributor::classify_cgroup(Attributor::cgroup_of(pid));
+  if (cls.rfind("container:", 0) == 0 && cls.compare(10, id.size(), id) != 0)
+    return make_error(Errc::refused, "pid {} is in the cgroup of container {}, not {}", pid,
+                      cls.substr(10, 12), id.substr(0, 12));
   // A container in the forwarder's own (the VM's) namespace, --network host,
   // holds no address of its own: recording the VM's would name it for them.
   if (auto own = own_netns(); own && own->dev == st.st_dev && own->ino == st.st_ino) return 0;

@@ -8,8 +8,10 @@
 // the row names its container by id even when the container is gone before
 // fy-engine-watch lists it (ADR-0034; docs/engine-watch.md, "Limits").
 //
-// What it proves: the id is the runtime's claim (the hook's caller chose it),
-// the addresses are what the kernel shows in that pid's namespace. An entry
+// What it proves: the addresses are what the kernel shows in that pid's
+// namespace; the id is the runtime's claim, checked against the pid's cgroup
+// when that names a container (libpod-<id>.scope): a pid in another
+// container's scope is refused. An entry
 // lives only while that namespace does: before each use the pid's namespace
 // inode is compared with the one recorded, so an address the container no
 // longer holds (it exited; the address went to something the hook never

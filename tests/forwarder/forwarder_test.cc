@@ -742,8 +742,29 @@ TEST_CASE("starts: a process's addresses, for as long as its namespace lives") {
   REQUIRE(own.ok());
   CHECK(*own == 0);
   CHECK_FALSE(starts.record("xyz", child).ok());
+  // In a container's cgroup scope, the pid can be recorded only for that container.
+  const std::string other(64, '1');
+  std::string cg = "/sys/fs/cgroup/unified/fy17-starts-" + std::to_string(::getpid());
+  std::string scope = cg + "/libpod-" + other + ".scope";
+  bool cg_made = ::mkdir(cg.c_str(), 0755) == 0 && ::mkdir(scope.c_str(), 0755) == 0;
+  if (cg_made) {
+    std::ofstream(scope + "/cgroup.procs") << child << "\n";
+    fy::fwd::Starts s2;
+    auto refused = s2.record(id, child);
+    CHECK_FALSE(refused.ok());
+    if (!refused.ok()) CHECK(refused.error().message.find("cgroup of container 111111111111") !=
+                             std::string::npos);
+    CHECK(s2.record(other, child).ok());
+    CHECK(s2.holder("10.217.0.5") == other);
+  }
   ::kill(child, SIGKILL);
   ::waitpid(child, nullptr, 0);
+  if (cg_made) {
+    ::rmdir(scope.c_str());
+    ::rmdir(cg.c_str());
+  }
+  REQUIRE_MESSAGE(cg_made, "cannot make a cgroup under /sys/fs/cgroup/unified (needs root and "
+                           "cgroup v2 there, docs/machine.md)");
   // Gone with its namespace: the address is no longer named.
   CHECK(starts.holder("10.217.0.5").empty());
   CHECK(starts.size() == 0);
