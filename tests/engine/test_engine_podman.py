@@ -25,9 +25,12 @@ Up to the hook part, the API service runs no hook (its wrapper does nothing
 until a marker file exists), so those rows are stamped by address alone and
 test the watcher's address timeline.
 
-The API service shares podman's storage and event log with anything else on
-this machine, so the watcher may also record other containers; every check
-here is about containers this test named.
+The API service has a storage, run root and event log of its own (in the
+test's directory, the image imported into it), so other containers on this
+machine neither show in its lists nor break them (a container of another
+podman whose network namespace this service's mount namespace cannot see
+makes every list fail with 500). It shares the CNI configuration and the
+bridge; every check here is about containers this test named.
 """
 
 import json
@@ -184,11 +187,19 @@ class EnginePodman(unittest.TestCase):
         spec["hook"]["args"] = ["fy-hook-wrapper.sh"]
         with open(os.path.join(hooks, "fy-forwarder-hook.json"), "w") as f:
             json.dump(spec, f)
-        # The API service, in the VM's namespace, as the machine's notes run podman.
+        # The API service, in the VM's namespace, as the machine's notes run
+        # podman, on a store of its own with the test image imported into it.
+        store = "--root %s --runroot %s --tmpdir %s" % (t.path("store"), t.path("runroot"),
+                                                        t.path("podman-tmp"))
+        exported = t.path("image.tar")
+        subprocess.run(["podman", "save", "-o", exported, self.image], check=True,
+                       capture_output=True, timeout=120)
+        subprocess.run(["podman"] + store.split() + ["load", "-i", exported], check=True,
+                       capture_output=True, timeout=120)
         t.start(t.vm, ["unshare", "-m", "--propagation", "private", "sh", "-c",
                        "umount -l /sys/fs/cgroup; mount -t cgroup2 none /sys/fs/cgroup && exec "
-                       "podman --cgroup-manager=cgroupfs --hooks-dir %s system service --time=0 "
-                       "unix://%s" % (hooks, self.sock)], name="podman-service")
+                       "podman %s --cgroup-manager=cgroupfs --hooks-dir %s system service "
+                       "--time=0 unix://%s" % (store, hooks, self.sock)], name="podman-service")
         deadline = time.monotonic() + 30
         while not os.path.exists(self.sock) and time.monotonic() < deadline:
             time.sleep(0.1)
