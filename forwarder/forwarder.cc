@@ -39,6 +39,16 @@ std::string dirname_of(const std::string& p) {
   return p.substr(0, slash);
 }
 
+// The uid of a control peer (SO_PEERCRED), -1 when it cannot be read.
+int64_t peer_uid(uv_pipe_t* pipe) {
+  uv_os_fd_t fd;
+  if (uv_fileno(reinterpret_cast<uv_handle_t*>(pipe), &fd) != 0) return -1;
+  ucred cr{};
+  socklen_t len = sizeof cr;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0) return -1;
+  return cr.uid;
+}
+
 // Makes `dir` (and its parents) when missing, saying once at info what it
 // made; an error names the path, the reason and the setting that picks
 // another place.
@@ -111,8 +121,10 @@ void Forwarder::ControlClient::on_read(ssize_t n, const uv_buf_t* b) {
     out = fw->ready_line();
   else if (cmd == "stats")
     out = fw->stats_json();
+  else if (cmd.rfind("start ", 0) == 0)
+    out = fw->start_line(cmd, peer_uid(&pipe));
   else
-    out = "error unknown command; send one of: status, ready, stats";
+    out = "error unknown command; send one of: status, ready, stats, start <id> <pid>";
   out += '\n';
   answered = true;
   uv_read_stop(reinterpret_cast<uv_stream_t*>(&pipe));
@@ -190,6 +202,7 @@ Result<void> Forwarder::start(uv_loop_t* loop) {
                       cfg_.upstream_host);
   base_.cfg = &cfg_;
   base_.stamper = &stamper_;
+  base_.starts = &starts_;
   base_.shared = &shared_;
 
   if (cfg_.vm.enabled) {
@@ -486,6 +499,7 @@ std::string Forwarder::stats_json() const {
       {"over_limit", &Counters::over_limit},
       {"accept_errors", &Counters::accept_errors},
       {"stamped", &Counters::stamped},
+      {"stamped_by_start", &Counters::stamped_by_start},
       {"relayed_unstamped", &Counters::relayed_unstamped},
       {"stamps_stripped", &Counters::stamps_stripped},
       {"refused_head", &Counters::refused_head},
@@ -605,6 +619,22 @@ std::string Forwarder::status_line() {
       unclean_restart_ ? " restarted_after_crash=1" : "");
   if (serving) return "ok " + counters;
   return "fail " + fail + " | " + counters;
+}
+
+std::string Forwarder::start_line(const std::string& cmd, int64_t uid) {
+  std::string id;
+  pid_t pid = 0;
+  if (!parse_start_line(cmd, &id, &pid))
+    return "error usage: start <container id: 12..64 hex digits> <pid>";
+  if (uid != 0 && !(uid > 0 && cfg_.vm.walled(static_cast<uint32_t>(uid))))
+    return fmt::format("error uid {} may not record starts (root and the walled uids may)", uid);
+  auto r = starts_.record(id, pid);
+  if (!r) {
+    log::warn("start {} pid {}: {}", id.substr(0, 12), pid, r.error().message);
+    return "error " + r.error().message;
+  }
+  log::debug("start {} pid {}: {} addresses recorded", id.substr(0, 12), pid, *r);
+  return fmt::format("ok addresses={}", *r);
 }
 
 std::string Forwarder::ready_line() {

@@ -52,6 +52,10 @@ class Forwarder {
   // nothing to wait for, unless the hook itself sees one at <path>) or
   // "waiting <why>".
   std::string ready_line();
+  // The hook's "start <id> <pid>": records the container's addresses
+  // (forwarder/starts.h). `uid`: the peer's, -1 when unknown; only root and
+  // the walled uids may record.
+  std::string start_line(const std::string& cmd, int64_t uid);
 
  private:
   struct ControlClient;
@@ -76,6 +80,7 @@ class Forwarder {
   Config cfg_;
   uv_loop_t* loop_ = nullptr;
   Stamper stamper_;
+  Starts starts_;
   std::unique_ptr<Attributor> attributor_;
   Shared shared_;
   RelayContext base_;  // what every worker's context starts from

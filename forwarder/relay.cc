@@ -413,8 +413,20 @@ void Connection::on_head(const Head& h) {
     ctx_->engine->arm(this, ctx_->cfg->vm.attribution_timeout_ms);
     return;
   }
-  stamp_line_ =
-      ctx_->stamper->line(sockaddr_ip(reinterpret_cast<const sockaddr*>(&a_.peer)), a_.net, "");
+  {
+    // A container whose start the hook recorded is named by its id, so its
+    // row resolves even when it is gone before the engine lists it.
+    std::string src = sockaddr_ip(reinterpret_cast<const sockaddr*>(&a_.peer));
+    std::string who;
+    if (ctx_->starts) {
+      std::string id = ctx_->starts->holder(src);
+      if (!id.empty()) {
+        who = "container:" + id;
+        ++ctx_->counters.stamped_by_start;
+      }
+    }
+    stamp_line_ = ctx_->stamper->line(src, a_.net, who);
+  }
   ++ctx_->counters.stamped;
   dial();
 }

@@ -47,6 +47,7 @@
 
 #include "forwarder/config.h"
 #include "forwarder/engine.h"
+#include "forwarder/starts.h"
 #include "forwarder/head.h"
 
 namespace fy::fwd {
@@ -120,6 +121,7 @@ struct Counters {
   Count over_limit;
   Count accept_errors;
   Count stamped;
+  Count stamped_by_start;  // bridge stamps that name their container (the hook's record)
   Count relayed_unstamped;  // token-service ports
   Count stamps_stripped;    // client-written stamp header lines removed
   Count refused_head;
@@ -168,6 +170,7 @@ struct RelayContext {
   unsigned worker = 0;
   const Config* cfg = nullptr;
   Stamper* stamper = nullptr;
+  Starts* starts = nullptr;  // the hook's start records (bridge stamps' who)
   Attributor* attributor = nullptr;  // null without a VM listener
   PipePool* pipes = nullptr;
   Counters counters;

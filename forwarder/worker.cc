@@ -14,6 +14,7 @@ namespace fy::fwd {
 Worker::Worker(unsigned index, const RelayContext& base) : index_(index) {
   ctx_.cfg = base.cfg;
   ctx_.stamper = base.stamper;
+  ctx_.starts = base.starts;
   ctx_.attributor = base.attributor;
   ctx_.shared = base.shared;
   ctx_.upstream = base.upstream;

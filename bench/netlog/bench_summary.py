@@ -3,7 +3,9 @@
 
 Generates a log directory of SIZE bytes in all (egress.jsonl plus five dated
 backups, as the proxy's rotation leaves them; rows shaped as fy-proxy writes
-them, a tenth of them stamped), then times, in alternating rounds:
+them, a tenth of them stamped) and an engine.jsonl beside it (fy-engine-watch's
+snapshots of the containers holding those stamps' addresses, so the summary
+resolves every stamped row to a principal), then times, in alternating rounds:
 
   fy-netlog:  fy-netlog --json DIR            (per-host rows, refusals, errors, bytes)
   jq:         jq -n 'reduce inputs as $r ({}; .[$r.host] += 1)' <files in order>
@@ -56,7 +58,24 @@ def make_rows(n, rng):
     return rows
 
 
+def write_engine(d):
+    """engine.jsonl: the watcher's start, then one container per stamped address."""
+    with open(os.path.join(d, "engine.jsonl"), "w") as f:
+        f.write('{"ts":"2026-11-28T23:59:00.000Z","kind":"watch","event":"start",'
+                '"containers":198}\n')
+        for i in range(2, 200):
+            claims = {"name": "bench_%d" % i}
+            if i % 3 == 0:
+                claims.update(project="shop", service="svc%d" % (i % 7))
+            f.write(json.dumps({
+                "ts": "2026-11-28T23:59:00.000Z", "kind": "container", "event": "list",
+                "id": "%064x" % i, "state": "running", "claims": claims,
+                "endpoints": [{"net": "shop_default", "iface": "podman1",
+                               "ip": "10.89.1.%d" % i}]}, separators=(",", ":")) + "\n")
+
+
 def generate(d, size):
+    write_engine(d)
     rng = random.Random(17)
     block = "".join(make_rows(2000, rng)).encode()
     names = ["egress.20261129T%02d0000Z.jsonl" % h for h in range(1, 6)] + ["egress.jsonl"]

@@ -11,6 +11,8 @@
 #include <string>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "core/clock.h"
 #include "forwarder/control_client.h"
 #include "forwarder/netns.h"
@@ -28,6 +30,14 @@ time is up, whether it listens in the namespace at its followed path:
   "ready <ino>"  it does: exit 0 and the container starts
   "absent ..."   no bridge namespace exists: nothing to wait for, exit 0
   "waiting ..."  ask again in 10 ms
+
+Once the forwarder listens (or there is no bridge namespace), the hook
+sends "start <id> <pid>" from the container state, and the forwarder records
+the addresses in that process's network namespace for the container's id:
+its connections are then stamped with the id, so the Network Log names the
+container even when it is gone before fy-engine-watch lists it. A failure
+there is a warning, never a refusal (the container is still stamped by its
+address).
 
 The answer names the path it is about (path=...); the hook looks there too,
 from its own (the runtime's) mount namespace. When it sees a network
@@ -60,6 +70,42 @@ uint64_t seen_here(const std::string& path) {
   if (path.empty()) return 0;
   auto ns = fy::fwd::open_netns(path);
   return ns ? static_cast<uint64_t>(ns->id.ino) : 0;
+}
+
+// The container state the runtime wrote (OCI runtime spec, "State"): its id
+// and pid; false when it has none.
+bool state_of(const std::string& in, std::string* id, long* pid) {
+  auto j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return false;
+  auto i = j.find("id");
+  auto p = j.find("pid");
+  if (i == j.end() || !i->is_string() || p == j.end() || !p->is_number_integer()) return false;
+  *id = i->get<std::string>();
+  *pid = p->get<long>();
+  return *pid > 0;
+}
+
+void say(int level, const std::string& msg) {
+  fprintf(stderr, "fy-forwarder-hook: %s\n", msg.c_str());
+  openlog("fy-forwarder-hook", LOG_PID, LOG_DAEMON);
+  syslog(level, "%s", msg.c_str());
+  closelog();
+}
+
+// Records the container's start with the forwarder; a failure is said, not fatal.
+void record_start(const std::string& control, const std::string& state, int timeout_ms) {
+  std::string id;
+  long pid = 0;
+  if (!state_of(state, &id, &pid)) {
+    say(LOG_WARNING, "the container state on stdin has no id and pid; its start is not "
+                     "recorded, so its rows are named by address only");
+    return;
+  }
+  auto r = fy::fwd::control_query(control, "start " + id + " " + std::to_string(pid), timeout_ms);
+  if (r && r->rfind("ok", 0) == 0) return;
+  say(LOG_WARNING, "fy-forwarder did not record the start of container " + id.substr(0, 12) +
+                       " (" + (r ? *r : r.error().message) +
+                       "); its rows are named by address only");
 }
 
 }  // namespace
@@ -95,11 +141,14 @@ int main(int argc, char** argv) {
   }
   // The runtime writes the container state to stdin; read it so the writer
   // never blocks, without waiting on a stdin that is not closed.
+  std::string state;
   {
     pollfd p{STDIN_FILENO, POLLIN, 0};
     char buf[4096];
+    ssize_t n;
     while (::poll(&p, 1, 100) > 0 && (p.revents & (POLLIN | POLLHUP)) &&
-           ::read(STDIN_FILENO, buf, sizeof buf) > 0) {
+           (n = ::read(STDIN_FILENO, buf, sizeof buf)) > 0) {
+      if (state.size() < (1u << 20)) state.append(buf, static_cast<size_t>(n));
     }
   }
   uint64_t start = fy::mono_ms();
@@ -117,7 +166,12 @@ int main(int argc, char** argv) {
       std::string path = path_of(*r);
       uint64_t here = seen_here(path);
       uint64_t served = r->rfind("ready", 0) == 0 ? strtoull(r->c_str() + 6, nullptr, 10) : 0;
-      if (here == 0 || here == served) return 0;
+      if (here == 0 || here == served) {
+        uint64_t t = fy::mono_ms();
+        int rest = t < deadline ? static_cast<int>(deadline - t) : 0;
+        record_start(control, state, rest < 200 ? 200 : rest > 1000 ? 1000 : rest);
+        return 0;
+      }
       blind = true;
       char why[768];
       snprintf(why, sizeof why,

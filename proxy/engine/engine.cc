@@ -64,6 +64,10 @@ Result<Event> parse_event(std::string_view line) {
       std::string c = str_at(*attrs, "container", 64);
       if (!c.empty()) e.id = c;
     }
+    if (attrs != actor->end() && attrs->is_object() && e.type == "container") {
+      e.claims.name = str_at(*attrs, "name");
+      claims_from_labels(*attrs, &e.claims);
+    }
   }
   if (e.id.empty()) e.id = str_at(*j, "id", 64);
   auto tn = j->find("timeNano");
@@ -185,6 +189,14 @@ Snapshot Tracker::on_event(const Event& e, const Container* c, const Ifaces& ifa
     known_.erase(it);
   } else if (auto g = gone_.find(e.id); g != gone_.end()) {
     s.claims = g->second;
+  } else {
+    // Never listed (it came and went between its event and this list): the
+    // event's own claims are all there is.
+    s.claims = e.claims;
+    if (!s.claims.name.empty()) {
+      if (gone_.size() >= kMaxContainers) gone_.clear();
+      gone_[e.id] = s.claims;
+    }
   }
   return s;
 }

@@ -36,6 +36,10 @@ struct Event {
   std::string action;  // "start", "die", "connect", ...
   std::string id;      // the container's id (for network events too)
   int64_t time_ms = -1;
+  // A container event's own claims (Actor.Attributes: `name` and the compose
+  // labels, as podman sends them): what names a container already gone when
+  // the watcher asks about it.
+  Claims claims;
 };
 Result<Event> parse_event(std::string_view line);
 // start, restart, die, stop, remove of a container; connect, disconnect of one to a network.

@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
+#include <optional>
+#include <tuple>
 #include <set>
 #include <string>
 
@@ -297,6 +299,44 @@ void load_engine(const std::string& path, Resolver& res) {
                bad == 1 ? "" : "s", first_bad);
 }
 
+// Following engine.jsonl beside a followed log: each poll adds the snapshots
+// appended since (across its rotations) and rebuilds the resolver's timelines,
+// so a row that arrives now resolves against the snapshots that arrive with it.
+class EngineFollower {
+ public:
+  EngineFollower(std::string path, Resolver& res) : f_(std::move(path), true), res_(res) {}
+  // True when snapshots were added.
+  bool poll() {
+    size_t before = res_.snapshots();
+    ReadStats st;
+    (void)f_.poll(st, [&](const Row&, std::string_view l) {
+      auto s = parse_snapshot(l);
+      if (s)
+        res_.add(*s);
+      else if (bad_++ == 0)
+        fmt::print(stderr, "fy-netlog: skipped an engine snapshot line of {}: {} (further ones "
+                           "are counted)\n", f_.path(), s.error().message);
+    });
+    if (res_.snapshots() == before && started_) return false;
+    started_ = true;
+    res_.finish();
+    return true;
+  }
+  uint64_t bad() const { return bad_; }
+
+ private:
+  Follower f_;
+  Resolver& res_;
+  uint64_t bad_ = 0;
+  bool started_ = false;
+};
+
+// How long a followed row whose principal is not known yet waits for the
+// snapshot that names it (fy-engine-watch records a start within an event
+// round trip; a row often arrives first). Rows behind it wait with it, so the
+// stream keeps its order.
+constexpr uint64_t kResolveWaitMs = 2000;
+
 std::string engine_path(const Args& a) {
   if (!a.engine.empty()) {
     struct stat st;
@@ -345,7 +385,7 @@ int run_summary(const Args& a, const ViewOptions& vo) {
 }
 
 // The rows and refusals views, once or following.
-int run_rows(const Args& a, const ViewOptions& vo) {
+int run_rows(const Args& a, const ViewOptions& vo, EngineFollower* engine) {
   RowPrinter printer(a.view == View::rows ? RowPrinter::Kind::rows : RowPrinter::Kind::refusals,
                      vo);
   Grants grants;
@@ -369,11 +409,32 @@ int run_rows(const Args& a, const ViewOptions& vo) {
             fmt::format("{:9}grant: fy allow add {}{}\n", "", key, row.build ? " --build" : ""));
     }
   };
+  // Following, text: rows waiting for a snapshot that names their principal,
+  // with the monotonic time each arrived.
+  std::deque<std::tuple<Row, std::string, uint64_t>> waiting;
+  auto pending = [&](const Row& row) {
+    if (!engine || a.json || row.attribution != Attribution::attributed) return false;
+    Principal p = vo.resolver->resolve(row);
+    return p.kind == Principal::Kind::unresolved ||
+           (p.kind == Principal::Kind::container && p.claims.name.empty());
+  };
+  auto release = [&](bool all) {
+    uint64_t now = mono_ms();
+    while (!waiting.empty()) {
+      auto& [row, line, since] = waiting.front();
+      if (!all && now < since + kResolveWaitMs && pending(row)) break;
+      emit(row, line);
+      waiting.pop_front();
+    }
+  };
   auto on_row = [&](const Row& row, std::string_view line) {
     if (!a.filter.matches(row)) return;
     if (!a.follow) grants.add(row, vo.resolving() ? principal_of(row, vo) : std::string());
     if (streaming) {
-      emit(row, line);
+      if (waiting.empty() && !pending(row))
+        emit(row, line);
+      else
+        waiting.emplace_back(row, std::string(line), mono_ms());
       return;
     }
     if (a.lines == 0) return;
@@ -413,11 +474,14 @@ int run_rows(const Args& a, const ViewOptions& vo) {
     timespec ts{0, 200 * 1000 * 1000};
     ::nanosleep(&ts, nullptr);
     if (g_stop) break;
+    if (engine) engine->poll();
     auto pr = f.poll(st, on_row);
+    release(false);
     std::fflush(stdout);
     if (!pr && pr.error().code != Errc::not_found) return read_error(pr.error(), a.path);
     note_bad();
   }
+  release(true);
   std::fflush(stdout);
   if (st.bad_lines > reported) report_bad_lines(st);
   return kExitOk;
@@ -448,8 +512,15 @@ int main(int argc, char** argv) {
   ::sigaction(SIGTERM, &sa, nullptr);
 
   Resolver resolver;
-  load_engine(engine_path(a), resolver);
+  std::optional<EngineFollower> engine;
+  if (a.follow) {
+    engine.emplace(engine_path(a), resolver);
+    engine->poll();
+  } else {
+    load_engine(engine_path(a), resolver);
+  }
   vo.resolver = &resolver;
   if (a.by_principal || a.view == View::credentials) return run_principals(a, vo);
-  return a.view == View::summary ? run_summary(a, vo) : run_rows(a, vo);
+  return a.view == View::summary ? run_summary(a, vo)
+                                 : run_rows(a, vo, engine ? &*engine : nullptr);
 }

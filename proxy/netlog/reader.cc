@@ -267,6 +267,11 @@ void LineParser::bad(std::string_view reason, ReadStats& stats) {
 void LineParser::line(std::string_view l, ReadStats& stats, const RowFn& fn) {
   ++line_no_;
   if (is_blank(l)) return;
+  if (raw_) {
+    static const Row kNone;
+    if (fn) fn(kNone, l);
+    return;
+  }
   auto row = parse_row(l);
   if (!row) {
     bad(row.error().message, stats);
@@ -364,7 +369,7 @@ Result<void> Follower::read_whole(const LogFile& f, ReadStats& stats, const RowF
     if (errno == ENOENT) return ok();  // pruned by the writer since it was listed
     return open_error(f.path, errno);
   }
-  LineParser parser(f.path);
+  LineParser parser(f.path, raw_);
   stats.files.push_back(f.path);
   auto r = read_to_end(fd, f.path, parser, stats, fn);
   ::close(fd);
@@ -456,7 +461,7 @@ Result<void> Follower::poll(ReadStats& stats, const RowFn& fn) {
   ino_ = st.st_ino;
   offset_ = 0;
   behind_.reset();
-  parser_.emplace(path_);
+  parser_.emplace(path_, raw_);
   stats.files.push_back(path_);
   return drain(stats, fn);
 }

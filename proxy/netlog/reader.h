@@ -93,7 +93,9 @@ using RowFn = std::function<void(const Row& row, std::string_view line)>;
 // kept until more bytes arrive, or counted as torn by finish().
 class LineParser {
  public:
-  explicit LineParser(std::string name) : name_(std::move(name)) {}
+  // `raw`: every complete non-blank line goes to the callback unparsed (with
+  // an empty Row), for files of another format read the same way (engine.jsonl).
+  explicit LineParser(std::string name, bool raw = false) : name_(std::move(name)), raw_(raw) {}
   void feed(std::string_view bytes, ReadStats& stats, const RowFn& fn);
   // The file ended for good (read once, or rotated away): a pending partial
   // line is a torn row.
@@ -107,6 +109,7 @@ class LineParser {
   void bad(std::string_view reason, ReadStats& stats);
   std::string name_;
   std::string partial_;
+  bool raw_ = false;
   bool overlong_ = false;  // discarding the rest of a line past kMaxLine
   uint64_t line_no_ = 0;
 };
@@ -119,7 +122,9 @@ class LineParser {
 // polls. Identity is the file's (device, inode), not its name.
 class Follower {
  public:
-  explicit Follower(std::string path) : path_(std::move(path)) {}
+  // `raw`: lines are handed over unparsed (LineParser's `raw`); fy-netlog
+  // --follow reads engine.jsonl so.
+  explicit Follower(std::string path, bool raw = false) : path_(std::move(path)), raw_(raw) {}
   ~Follower();
   Follower(const Follower&) = delete;
   Follower& operator=(const Follower&) = delete;
@@ -136,6 +141,7 @@ class Follower {
   Result<void> read_whole(const LogFile& f, ReadStats& stats, const RowFn& fn);
   Result<void> drain(ReadStats& stats, const RowFn& fn);
   std::string path_;
+  bool raw_ = false;
   bool started_ = false;
   int fd_ = -1;  // the current file as last opened; kept open across a rename
   dev_t dev_ = 0;

@@ -167,7 +167,11 @@ void Resolver::finish() {
       continue;
     }
     last_ts = s.ts_ms;
-    latest_[s.id] = static_cast<int>(i);
+    // The latest snapshot that names the container, else its latest at all.
+    if (auto l = latest_.find(s.id);
+        l == latest_.end() || !s.claims.name.empty() ||
+        snaps_[static_cast<size_t>(l->second)].claims.name.empty())
+      latest_[s.id] = static_cast<int>(i);
     auto& before = held[s.id];
     for (const Endpoint& e : s.endpoints)
       by_addr_[{e.iface, e.ip}].push_back(Entry{s.ts_ms, static_cast<int>(i), ""});

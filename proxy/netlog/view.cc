@@ -469,7 +469,11 @@ std::string RowPrinter::row_line(const Row& r) const {
   std::string out = hms(to_tm(r.ts_ms, o_.utc)) + ' ' + pad_left(status, 3) + ' ' +
                     cell(r.method, 7) + ' ' + cell(r.host, host_w, /*middle=*/true) + ' ';
   size_t rest = width - display_width(out);
-  std::string flags = fit_end(flags_of(r), rest);
+  std::string f = flags_of(r);
+  // Who made it, when engine snapshots name principals (the stamp alone is in --json).
+  if (o_.resolving() && r.attribution == Attribution::attributed)
+    f += (f.empty() ? "by:" : " by:") + principal_of(r, o_);
+  std::string flags = fit_end(f, rest);
   size_t fw = display_width(flags);
   std::string path = sanitize(r.path);
   if (fw == 0) return out + fit_end(path, rest);

@@ -103,3 +103,25 @@ TEST_CASE("the tracker: one snapshot per event, lists record only changes, remov
   CHECK(t3.on_event(*parse_event(kStart), nullptr, nets, 2000).claims.name == "fy17a");
   CHECK(t3.on_event(*parse_event(kStart), nullptr, nets, 2001).claims.name == "fy17a");
 }
+
+TEST_CASE("a container gone before the watcher asks is named from its event's claims") {
+  auto e = parse_event(kStart);
+  REQUIRE(e.ok());
+  CHECK(e->claims.name == "fy17a");
+  CHECK(e->claims.project == "shop");
+  CHECK(e->claims.service == "web");
+  Tracker t;
+  // The start's list came back empty: the container was already removed.
+  Snapshot s = t.on_event(*e, nullptr, {}, 1000);
+  CHECK(s.state == "removed");
+  CHECK(s.endpoints.empty());
+  CHECK(s.claims.name == "fy17a");
+  CHECK(s.claims.service == "web");
+  // Its later die and remove events carry the same claims.
+  auto rm = parse_event(R"({"Type":"container","Action":"remove","Actor":{"ID":")" + ID +
+                        R"(","Attributes":{}}})");
+  REQUIRE(rm.ok());
+  CHECK(t.on_event(*rm, nullptr, {}, 1001).claims.name == "fy17a");
+  // A network event's attributes are not a container's claims.
+  CHECK(parse_event(kConnect)->claims.name.empty());
+}

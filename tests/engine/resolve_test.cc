@@ -182,3 +182,30 @@ TEST_CASE("snapshot lines that are not snapshots are refused with a reason") {
                   .ok());
   CHECK(parse_snapshot(R"({"ts":"2026-12-02T06:00:00Z","kind":"watch","event":"start"})").ok());
 }
+
+TEST_CASE("by id: the latest snapshot that names the container, not a later nameless one") {
+  using namespace fy::netlog;
+  Resolver r;
+  Snapshot named;
+  named.ts_ms = 1000;
+  named.event = "start";
+  named.id = std::string(64, 'a');
+  named.state = "removed";
+  named.claims.name = "quick";
+  r.add(named);
+  Snapshot bare = named;
+  bare.ts_ms = 2000;
+  bare.event = "list";
+  bare.claims = {};
+  r.add(bare);
+  r.finish();
+  Row row;
+  row.ts_ms = 1500;
+  row.attribution = Attribution::attributed;
+  row.src = "10.88.0.9";
+  row.net = "podman0";
+  row.who = "container:" + std::string(64, 'a');
+  Principal p = r.resolve(row);
+  CHECK(p.kind == Principal::Kind::container);
+  CHECK(p.label() == "ctr:quick");
+}

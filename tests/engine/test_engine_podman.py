@@ -13,11 +13,24 @@ It proves:
     container's rows still name it, the new rows name the second;
   - the watcher is killed (SIGKILL) mid-run and restarted: every snapshot from
     before is still there, the container that ran through the gap resolves,
-    and the one that came and went inside it says why it cannot.
+    and the one that came and went inside it says why it cannot;
+  - with fy-forwarder-hook recording each start (the OCI prestart hook, run
+    by the API service's runtime), a container that makes its request and is
+    gone within milliseconds is named: once while the watcher is frozen
+    (SIGSTOP), so no list can have seen it running, and twice as it comes;
+    and a later container on the same address that the hook did not record is
+    stamped by address only (the forwarder's record died with the first).
 
-The API service shares podman's storage and event log with anything else on
-this machine, so the watcher may also record other containers; every check
-here is about containers this test named.
+Up to the hook part, the API service runs no hook (its wrapper does nothing
+until a marker file exists), so those rows are stamped by address alone and
+test the watcher's address timeline.
+
+The API service has a storage, run root and event log of its own (in the
+test's directory, the image imported into it), so other containers on this
+machine neither show in its lists nor break them (a container of another
+podman whose network namespace this service's mount namespace cannot see
+makes every list fail with 500). It shares the CNI configuration and the
+bridge; every check here is about containers this test named.
 """
 
 import json
@@ -65,7 +78,7 @@ class EnginePodman(unittest.TestCase):
         # Static addresses of our own in podman's default 10.88.0.0/16, so that
         # one can be reused on purpose and none collides with a dynamic one.
         base = 20 + os.getpid() % 200
-        self.ip = ["10.88.213.%d" % (base + i) for i in range(3)]
+        self.ip = ["10.88.213.%d" % (base + i) for i in range(6)]
 
     def podman(self, *args, timeout=120, check=True):
         r = subprocess.run(["podman", "--remote", "--url", "unix://" + self.sock] + list(args),
@@ -155,11 +168,38 @@ class EnginePodman(unittest.TestCase):
              "--stamp-key", key_file], name="fy-proxy")
         t.wait_listening(t.host, GATEWAY, PROXY_PORT, proc=proxy)
         t.wait_listening(t.host, ORIGIN, 80)
-        # The API service, in the VM's namespace, as the machine's notes run podman.
+        # The forwarder's OCI hook, behind a wrapper that runs it only once
+        # self.hook_on exists (until then, containers start with no hook).
+        hooks = t.path("hooks")
+        os.makedirs(hooks)
+        self.hook_on = t.path("hook-on")
+        wrapper = os.path.join(hooks, "fy-hook-wrapper.sh")
+        with open(wrapper, "w") as f:
+            f.write("#!/bin/sh\n[ -e %s ] || exec cat >/dev/null\nexec %s --control %s "
+                    "--timeout-ms 5000 2>>%s\n" % (
+                        self.hook_on, os.path.join(build_dir(), "forwarder", "fy-forwarder-hook"),
+                        os.path.join(t.path("state"), "control.sock"), t.path("hook.stderr")))
+        os.chmod(wrapper, 0o755)
+        with open(os.path.join(HERE, "..", "..", "forwarder", "exe",
+                               "fy-forwarder-hook.json")) as f:
+            spec = json.load(f)
+        spec["hook"]["path"] = wrapper
+        spec["hook"]["args"] = ["fy-hook-wrapper.sh"]
+        with open(os.path.join(hooks, "fy-forwarder-hook.json"), "w") as f:
+            json.dump(spec, f)
+        # The API service, in the VM's namespace, as the machine's notes run
+        # podman, on a store of its own with the test image imported into it.
+        store = "--root %s --runroot %s --tmpdir %s" % (t.path("store"), t.path("runroot"),
+                                                        t.path("podman-tmp"))
+        exported = t.path("image.tar")
+        subprocess.run(["podman", "save", "-o", exported, self.image], check=True,
+                       capture_output=True, timeout=120)
+        subprocess.run(["podman"] + store.split() + ["load", "-i", exported], check=True,
+                       capture_output=True, timeout=120)
         t.start(t.vm, ["unshare", "-m", "--propagation", "private", "sh", "-c",
                        "umount -l /sys/fs/cgroup; mount -t cgroup2 none /sys/fs/cgroup && exec "
-                       "podman --cgroup-manager=cgroupfs system service --time=0 unix://%s"
-                       % self.sock], name="podman-service")
+                       "podman %s --cgroup-manager=cgroupfs --hooks-dir %s system service "
+                       "--time=0 unix://%s" % (store, hooks, self.sock)], name="podman-service")
         deadline = time.monotonic() + 30
         while not os.path.exists(self.sock) and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -198,7 +238,9 @@ class EnginePodman(unittest.TestCase):
         lost.stop()
 
         tag = t.name
-        c1, c2, c3, c4, c5 = ("%s-%s" % (tag, n) for n in ("one", "two", "three", "four", "five"))
+        c1, c2, c3, c4, c5, c6, c7, c8, c9 = (
+            "%s-%s" % (tag, n)
+            for n in ("one", "two", "three", "four", "five", "six", "seven", "eight", "nine"))
         # Two containers on one bridge; the first is also refused once.
         r = self.run_ctr(c1, self.ip[0], "wget -q -O - http://%s/eng-c1; "
                          "wget -q -O - http://refused.example/eng-c1-refused; true" % ORIGIN)
@@ -248,6 +290,38 @@ class EnginePodman(unittest.TestCase):
         self.assertEqual(new[0]["kind"], "watch")
         self.assertEqual(new[0]["event"], "start")  # the re-sync that bounds the gap
 
+        # The hook on: each start is recorded with the forwarder before the
+        # container runs. c6 asks and is gone while the watcher is frozen, so
+        # the watcher learns of it only after it is removed (the race, made
+        # certain); c7 and c8 ask and exit at once, with no sleep.
+        open(self.hook_on, "w").close()
+        os.kill(watch.pid, signal.SIGSTOP)
+        try:
+            r = self.run_ctr(c6, self.ip[3], "wget -q -O - http://%s/eng-c6" % ORIGIN,
+                             linger=False, labels=("com.docker.compose.project=quick",
+                                                   "com.docker.compose.service=job"))
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            row6 = self.wait_row("/eng-c6")
+        finally:
+            os.kill(watch.pid, signal.SIGCONT)
+        self.assertEqual(row6["src"], self.ip[3], row6)
+        self.assertRegex(row6.get("who", ""), r"^container:[0-9a-f]{64}$", row6)
+        for name, ip in ((c7, self.ip[4]), (c8, self.ip[5])):
+            r = self.run_ctr(name, ip, "wget -q -O - http://%s/eng-%s" % (ORIGIN, name),
+                             linger=False)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.wait_row("/eng-" + name)
+        for name in (c6, c7, c8):
+            self.wait_snapshot(name, lambda s: s["state"] == "removed")
+        # The hook off again: c9 takes c6's address unrecorded, and is stamped
+        # by its address only (the forwarder's record of c6 died with it).
+        os.unlink(self.hook_on)
+        r = self.run_ctr(c9, self.ip[3], "wget -q -O - http://%s/eng-c9" % ORIGIN)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        row9 = self.wait_row("/eng-c9")
+        self.assertNotIn("who", row9)
+        self.wait_snapshot(c9, lambda s: s["state"] == "removed")
+
         # fy-netlog names them.
         doc = self.netlog_json("--by", "principal")
         by = {p["principal"]: p for p in doc["principals"]}
@@ -263,6 +337,13 @@ class EnginePodman(unittest.TestCase):
         self.assertEqual(len(gap), 1, sorted(by))
         self.assertIn("fy-engine-watch was not running", gap[0]["reason"])
         self.assertNotIn("ctr:" + c4, by)  # never seen: not guessed either
+        # Gone at once, each named: c6 from the start event's own claims (the
+        # container was removed before the watcher could ask), by its id.
+        self.assertEqual(by["svc:quick/job"]["hosts"], {ORIGIN: 1}, sorted(by))
+        self.assertEqual(by["svc:quick/job"]["claims"]["name"], c6)
+        for name in (c7, c8, c9):
+            self.assertIn("ctr:" + name, by, sorted(by))
+        self.assertEqual(by["ctr:" + c9]["hosts"], {ORIGIN: 1})  # not c6's
 
         summary = self.netlog_json()
         host = [h for h in summary["hosts"] if h["host"] == ORIGIN][0]

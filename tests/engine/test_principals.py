@@ -4,7 +4,10 @@
 grants naming who asked and with which User-Agent, `--by principal`, the
 `credentials` widenings report over a time range, `--json` for each, every
 text view within 80 columns; and without engine.jsonl the views are what they
-were (stamps as they are, no principal lines).
+were (stamps as they are, no principal lines). With --follow, snapshots that
+arrive after fy-netlog started (also across a rotation of engine.jsonl) name
+the rows that follow, a row whose snapshot comes just after it waits for it,
+and one never named is printed as unresolved once the wait is over.
 """
 
 import json
@@ -170,6 +173,95 @@ class Principals(unittest.TestCase):
         r = subprocess.run([FY_NETLOG, "rows", "--by", "principal", self.log],
                            capture_output=True, text=True)
         self.assertEqual(r.returncode, 2)
+
+
+class Follow(unittest.TestCase):
+    """fy-netlog --follow reloads engine.jsonl as snapshots arrive."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="fy-principals-follow-")
+        self.log = os.path.join(self.dir, "egress.jsonl")
+        self.engine = os.path.join(self.dir, "engine.jsonl")
+        with open(self.engine, "w") as f:
+            f.write(json.dumps({"ts": iso(T0), "kind": "watch", "event": "start",
+                                "containers": 0}) + "\n")
+        open(self.log, "w").close()
+        self.procs = []
+
+    def tearDown(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            p.stdout.close()
+            p.stderr.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def follow(self, *args):
+        import queue
+        import threading
+        p = subprocess.Popen([FY_NETLOG] + list(args) + ["--follow", "-n", "0", "--width", "120",
+                                                         self.log],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.procs.append(p)
+        q = queue.Queue()
+        threading.Thread(target=lambda: [q.put(l) for l in p.stdout], daemon=True).start()
+        return p, q
+
+    def append(self, path, obj):
+        with open(path, "a") as f:
+            f.write(json.dumps(obj) + "\n")
+
+    def line_with(self, q, text, timeout=10.0):
+        import queue
+        import time
+        deadline = time.monotonic() + timeout
+        seen = []
+        while time.monotonic() < deadline:
+            try:
+                l = q.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            seen.append(l)
+            if text in l:
+                return l
+        raise AssertionError("no followed line with %r: %r" % (text, seen))
+
+    def test_followed_rows_name_containers_whose_snapshots_arrive_later(self):
+        import time
+        rows_p, rows_q = self.follow("rows")
+        ref_p, ref_q = self.follow("refusals")
+        time.sleep(0.5)  # both have read the (empty) log and the engine file
+        D, E = "d" * 64, "e" * 64
+        # A container started after fy-netlog did: its snapshot first, then its row.
+        self.append(self.engine, snap(T0 + 5, D, "late-one", "10.89.0.7"))
+        time.sleep(0.4)
+        self.append(self.log, row(T0 + 10, "pypi.org", "10.89.0.7", path="/first"))
+        self.assertIn("by:ctr:late-one", self.line_with(rows_q, "/first"))
+        # Its row before its snapshot (the watcher's lag): the row waits for it.
+        self.append(self.log, row(T0 + 20, "pypi.org", "10.89.0.8", path="/second"))
+        time.sleep(0.5)
+        self.append(self.engine, snap(T0 + 21, E, "later-two", "10.89.0.8"))
+        self.assertIn("by:ctr:later-two", self.line_with(rows_q, "/second"))
+        # A refusal names who asked.
+        self.append(self.log, row(T0 + 30, "evil.example", "10.89.0.7", status=403,
+                                  blocked=True, path="/refused"))
+        self.assertTrue(self.line_with(ref_q, "evil.example").rstrip().endswith("ctr:late-one"))
+        # engine.jsonl rotated, as fy-engine-watch's writer does: the new file is read too.
+        os.rename(self.engine, os.path.join(self.dir, "engine.20261202T000000Z.jsonl"))
+        self.append(self.engine, snap(T0 + 40, C, "after-rotation", "10.89.0.9"))
+        time.sleep(0.5)
+        self.append(self.log, row(T0 + 41, "pypi.org", "10.89.0.9", path="/third"))
+        self.assertIn("by:ctr:after-rotation", self.line_with(rows_q, "/third"))
+        # Never named: printed once the wait is over, as unresolved.
+        t = time.monotonic()
+        self.append(self.log, row(T0 + 50, "pypi.org", "10.89.0.66", path="/fourth"))
+        l = self.line_with(rows_q, "/fourth")
+        self.assertIn("(unresolved)", l)
+        self.assertGreater(time.monotonic() - t, 1.5)  # it waited for a snapshot
+        for p in (rows_p, ref_p):
+            p.terminate()
+            self.assertEqual(p.wait(timeout=10), 0)
 
 
 if __name__ == "__main__":

@@ -676,3 +676,97 @@ TEST_CASE("the stamp sequence continues across restarts within a boot") {
   std::string cmd = "rm -rf " + dir;
   CHECK(system(cmd.c_str()) == 0);
 }
+
+// ---- The hook's start records (forwarder/starts.h) ---------------------------
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include "forwarder/starts.h"
+
+TEST_CASE("starts: the control line") {
+  std::string id;
+  pid_t pid = 0;
+  const std::string hex(64, 'c');
+  CHECK(fy::fwd::parse_start_line("start " + hex + " 4242", &id, &pid));
+  CHECK(id == hex);
+  CHECK(pid == 4242);
+  CHECK_FALSE(fy::fwd::parse_start_line("start " + hex, &id, &pid));
+  CHECK_FALSE(fy::fwd::parse_start_line("start " + hex + " 0", &id, &pid));
+  CHECK_FALSE(fy::fwd::parse_start_line("start " + hex + " -1", &id, &pid));
+  CHECK_FALSE(fy::fwd::parse_start_line("start " + hex + " 12 13", &id, &pid));
+  CHECK_FALSE(fy::fwd::parse_start_line("start ../etc 12", &id, &pid));
+  CHECK_FALSE(fy::fwd::parse_start_line("start " + std::string(64, 'C') + " 12", &id, &pid));
+  CHECK_FALSE(fy::fwd::parse_start_line("begin " + hex + " 12", &id, &pid));
+}
+
+TEST_CASE("starts: a process's addresses, for as long as its namespace lives") {
+  // A child in a network namespace of its own, with one address on a veth.
+  int p[2];
+  REQUIRE(::pipe(p) == 0);
+  pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    ::close(p[0]);
+    ::dup2(p[1], 1);
+    ::execlp("unshare", "unshare", "-n", "sh", "-c",
+             "ip link add fy17v type veth peer name fy17w && ip addr add 10.217.0.5/24 dev fy17v "
+             "&& ip link set fy17v up && echo ready && exec sleep 30",
+             static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::close(p[1]);
+  char buf[16] = {};
+  ssize_t n = ::read(p[0], buf, sizeof buf - 1);
+  ::close(p[0]);
+  if (n <= 0 || std::string(buf).rfind("ready", 0) != 0) {
+    ::kill(child, SIGKILL);
+    ::waitpid(child, nullptr, 0);
+    FAIL("cannot make a network namespace with a veth (unshare -n, ip link): this test needs root");
+  }
+  fy::fwd::Starts starts;
+  const std::string id(64, 'd');
+  auto r = starts.record(id, child);  // unshare exec'd sh, which exec'd sleep: the same pid
+  REQUIRE(r.ok());
+  CHECK(*r == 1);  // loopback not counted
+  CHECK(starts.holder("10.217.0.5") == id);
+  CHECK(starts.holder("10.217.0.6").empty());
+  // The same start again changes nothing; a second container in the same
+  // namespace (a pod) makes the address name neither.
+  REQUIRE(starts.record(id, child).ok());
+  CHECK(starts.holder("10.217.0.5") == id);
+  REQUIRE(starts.record(std::string(64, 'f'), child).ok());
+  CHECK(starts.holder("10.217.0.5").empty());
+  // The forwarder's own namespace is never recorded as a container's.
+  auto own = starts.record(std::string(64, 'e'), ::getpid());
+  REQUIRE(own.ok());
+  CHECK(*own == 0);
+  CHECK_FALSE(starts.record("xyz", child).ok());
+  // In a container's cgroup scope, the pid can be recorded only for that container.
+  const std::string other(64, '1');
+  std::string cg = "/sys/fs/cgroup/unified/fy17-starts-" + std::to_string(::getpid());
+  std::string scope = cg + "/libpod-" + other + ".scope";
+  bool cg_made = ::mkdir(cg.c_str(), 0755) == 0 && ::mkdir(scope.c_str(), 0755) == 0;
+  if (cg_made) {
+    std::ofstream(scope + "/cgroup.procs") << child << "\n";
+    fy::fwd::Starts s2;
+    auto refused = s2.record(id, child);
+    CHECK_FALSE(refused.ok());
+    if (!refused.ok()) CHECK(refused.error().message.find("cgroup of container 111111111111") !=
+                             std::string::npos);
+    CHECK(s2.record(other, child).ok());
+    CHECK(s2.holder("10.217.0.5") == other);
+  }
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  if (cg_made) {
+    ::rmdir(scope.c_str());
+    ::rmdir(cg.c_str());
+  }
+  REQUIRE_MESSAGE(cg_made, "cannot make a cgroup under /sys/fs/cgroup/unified (needs root and "
+                           "cgroup v2 there, docs/machine.md)");
+  // Gone with its namespace: the address is no longer named.
+  CHECK(starts.holder("10.217.0.5").empty());
+  CHECK(starts.size() == 0);
+  CHECK_FALSE(starts.record(id, child).ok());
+}

@@ -112,8 +112,8 @@ class Podman(unittest.TestCase):
             hooks = hook_dir(t.dir, "hooks", sock, 5000, marker)
 
             r = self.podman_run(rig, hooks, t.name + "-c1",
-                                "ip -4 -o addr show eth0; wget -q -O - http://%s/podman-1" %
-                                ORIGIN)
+                                "echo host=$(cat /etc/hostname); ip -4 -o addr show eth0; "
+                                "wget -q -O - http://%s/podman-1" % ORIGIN)
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
             self.assertIn("origin ok /podman-1", r.stdout)
             ip = r.stdout.split("inet ")[1].split("/")[0]
@@ -123,7 +123,10 @@ class Podman(unittest.TestCase):
             self.assertEqual(row["cpp_status"], "valid", row)
             self.assertEqual(row["stamp"]["src"], ip)
             self.assertEqual(row["stamp"]["net"], bridge)
-            self.assertEqual(row["stamp"]["who"], "")
+            # The hook recorded the start: the stamp names the container by its
+            # id (podman's hostname is the id's first 12 digits).
+            short = r.stdout.split("host=")[1].split()[0]
+            self.assertRegex(row["stamp"]["who"], r"^container:%s[0-9a-f]{52}$" % short)
             for o in rig.origin_rows():
                 self.assertNotIn("Fy-Stamp", o["header_names"])
             with open(marker) as f:
