@@ -44,7 +44,7 @@ Result<std::unique_ptr<Listener>> Listener::open(const std::vector<Worker*>& wor
   l->common_ = common;
   const bool group = workers.size() > 1;
   auto make = [&]() -> Result<void> {
-    UniqueFd lock;
+    Fd lock;
     if (group) {
       lock.reset(::open(kBindLock, O_RDWR | O_CREAT | O_CLOEXEC, 0600));
       if (lock) ::flock(lock.get(), LOCK_EX);

@@ -364,12 +364,12 @@ int probe(const std::string& path, int timeout_ms) {
     fmt::print(stderr, "fy-engine-watch: no watcher answers at {}: {}\n", path, fd.error().message);
     return 1;
   }
-  (void)::send(*fd, "status\n", 7, MSG_NOSIGNAL);
+  (void)::send(fd->get(), "status\n", 7, MSG_NOSIGNAL);
   std::string out;
   char buf[4096];
   ssize_t n;
-  while ((n = ::recv(*fd, buf, sizeof buf, 0)) > 0) out.append(buf, static_cast<size_t>(n));
-  ::close(*fd);
+  while ((n = ::recv(fd->get(), buf, sizeof buf, 0)) > 0) out.append(buf, static_cast<size_t>(n));
+  fd->reset();
   if (out.empty()) {
     fmt::print(stderr, "fy-engine-watch: the watcher at {} did not answer\n", path);
     return 1;

@@ -20,6 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/fd.h"
 #include "core/result.h"
 #include "proxy/netlog/row.h"
 
@@ -120,7 +121,6 @@ class LineParser {
 class Follower {
  public:
   explicit Follower(std::string path) : path_(std::move(path)) {}
-  ~Follower();
   Follower(const Follower&) = delete;
   Follower& operator=(const Follower&) = delete;
 
@@ -137,7 +137,7 @@ class Follower {
   Result<void> drain(ReadStats& stats, const RowFn& fn);
   std::string path_;
   bool started_ = false;
-  int fd_ = -1;  // the current file as last opened; kept open across a rename
+  Fd fd_;  // the current file as last opened; kept open across a rename
   dev_t dev_ = 0;
   ino_t ino_ = 0;
   uint64_t offset_ = 0;

@@ -1,5 +1,6 @@
 // Unit tests for libfycore.
 #include <doctest/doctest.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include <cstdio>
@@ -11,6 +12,7 @@
 #include "core/buffer.h"
 #include "core/config.h"
 #include "core/crypto.h"
+#include "core/fd.h"
 #include "core/json.h"
 #include "core/net.h"
 #include "core/paths.h"
@@ -282,4 +284,39 @@ TEST_CASE("parse_long_in takes digits only, within the range") {
   CHECK_FALSE(fy::parse_long_in("", 0, 200, &v));
   CHECK_FALSE(fy::parse_long_in("99999999999999999999999", 0, 200, &v));
   CHECK(v == 100);
+}
+
+TEST_CASE("Fd closes what it owns once, moves, releases and resets") {
+  auto is_open = [](int fd) { return ::fcntl(fd, F_GETFD) != -1; };
+  int raw = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  REQUIRE(raw >= 0);
+  {
+    fy::Fd a(raw);
+    CHECK(a);
+    CHECK(a.get() == raw);
+    fy::Fd b(std::move(a));
+    CHECK_FALSE(a);  // NOLINT(bugprone-use-after-move): the contract is -1
+    CHECK(a.get() == -1);
+    CHECK(b.get() == raw);
+    fy::Fd c;
+    c = std::move(b);
+    CHECK(c.get() == raw);
+    CHECK(is_open(raw));
+  }
+  CHECK_FALSE(is_open(raw));  // closed by the last owner, and only by it
+
+  int r1 = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  int r2 = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  REQUIRE(r1 >= 0);
+  REQUIRE(r2 >= 0);
+  fy::Fd f(r1);
+  f.reset(r2);  // closes r1, takes r2
+  CHECK_FALSE(is_open(r1));
+  CHECK(f.get() == r2);
+  int out = f.release();
+  CHECK(out == r2);
+  CHECK_FALSE(f);
+  f.reset();  // owns nothing: closes nothing
+  CHECK(is_open(r2));
+  ::close(r2);
 }
