@@ -15,6 +15,7 @@
 #include "core/fd.h"
 #include "core/json.h"
 #include "core/net.h"
+#include "core/nft.h"
 #include "core/paths.h"
 #include "core/stamp.h"
 #include "core/text.h"
@@ -319,4 +320,20 @@ TEST_CASE("Fd closes what it owns once, moves, releases and resets") {
   f.reset();  // owns nothing: closes nothing
   CHECK(is_open(r2));
   ::close(r2);
+}
+
+TEST_CASE("nft::condense keeps each distinct error of nft's buffer, in order") {
+  const char* buf =
+      "/dev/stdin:3:5-9: Error: syntax error, unexpected junk\n"
+      "    junk\n"
+      "    ^^^^\n"
+      "/dev/stdin:4:1-3: Error: No such file or directory\n"
+      "add rule\n"
+      "^^^\n"
+      "/dev/stdin:7:5-9: Error: syntax error, unexpected junk\n";
+  CHECK(fy::nft::condense(buf) ==
+        "syntax error, unexpected junk; No such file or directory");
+  CHECK(fy::nft::condense("no error lines here\n").empty());
+  CHECK(fy::nft::not_permitted("netlink: Error: Operation not permitted"));
+  CHECK_FALSE(fy::nft::not_permitted("Error: Could not process rule: No such file or directory"));
 }
