@@ -7,7 +7,6 @@
 // engine for a list are blocking with a deadline: they go to a local socket and
 // take milliseconds; while one runs, the event stream buffers in the kernel.
 #include <fcntl.h>
-#include <getopt.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/file.h>
@@ -22,6 +21,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/args.h"
 #include "core/text.h"
 #include "core/clock.h"
 #include "core/log.h"
@@ -382,19 +382,6 @@ int probe(const std::string& path, int timeout_ms) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  enum { kSocket = 256, kState, kLog, kControl, kInterval, kMaxBytes, kBackups, kTimeout, kLevel, kProbe };
-  static const option opts[] = {{"socket", required_argument, nullptr, kSocket},
-                                {"state-dir", required_argument, nullptr, kState},
-                                {"log", required_argument, nullptr, kLog},
-                                {"control", required_argument, nullptr, kControl},
-                                {"list-interval-ms", required_argument, nullptr, kInterval},
-                                {"max-bytes", required_argument, nullptr, kMaxBytes},
-                                {"backups", required_argument, nullptr, kBackups},
-                                {"timeout-ms", required_argument, nullptr, kTimeout},
-                                {"log-level", required_argument, nullptr, kLevel},
-                                {"probe", no_argument, nullptr, kProbe},
-                                {"help", no_argument, nullptr, 'h'},
-                                {nullptr, 0, nullptr, 0}};
   std::string sock, state, log_path, control;
   long interval = 30000, max_bytes = 5 * 1024 * 1024, backups = 5, timeout = 5000;
   log::Level level = log::Level::info;
@@ -403,39 +390,48 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "fy-engine-watch: {}\nRun `fy-engine-watch --help` for the options.\n", m);
     return 2;
   };
-  opterr = 0;
-  int c;
-  while ((c = getopt_long(argc, argv, ":h", opts, nullptr)) != -1) {
-    switch (c) {
-      case kSocket: sock = optarg; break;
-      case kState: state = optarg; break;
-      case kLog: log_path = optarg; break;
-      case kControl: control = optarg; break;
-      case kInterval:
-        if (!parse_long_in(optarg, 100, 3600000, &interval)) return bad("--list-interval-ms: give 100..3600000");
-        break;
-      case kMaxBytes:
-        if (!parse_long_in(optarg, 4096, 1L << 40, &max_bytes)) return bad("--max-bytes: give 4096 or more");
-        break;
-      case kBackups:
-        if (!parse_long_in(optarg, 1, 1000, &backups)) return bad("--backups: give 1..1000");
-        break;
-      case kTimeout:
-        if (!parse_long_in(optarg, 100, 600000, &timeout)) return bad("--timeout-ms: give 100..600000");
-        break;
-      case kLevel: {
-        auto l = log::parse_level(optarg);
-        if (!l) return bad(fmt::format("--log-level: '{}' is not debug, info, warn or error", optarg));
-        level = *l;
-        break;
-      }
-      case kProbe: do_probe = true; break;
-      case 'h': fmt::print("{}", kUsage); return 0;
-      case ':': return bad(fmt::format("{} needs a value", argv[optind - 1]));
-      default: return bad(fmt::format("unknown option '{}'", argv[optind - 1]));
+  using Refusal = ArgParser::Refusal;
+  auto in_range = [](long* out, long lo, long hi, std::string why) {
+    return [=](const std::string& v) -> Refusal {
+      if (!parse_long_in(v, lo, hi, out)) return why;
+      return std::nullopt;
+    };
+  };
+  ArgParser p;
+  p.stop("-h,--help")
+      .value("--socket", &sock)
+      .value("--state-dir", &state)
+      .value("--log", &log_path)
+      .value("--control", &control)
+      .value("--list-interval-ms",
+             in_range(&interval, 100, 3600000, "--list-interval-ms: give 100..3600000"))
+      .value("--max-bytes", in_range(&max_bytes, 4096, 1L << 40, "--max-bytes: give 4096 or more"))
+      .value("--backups", in_range(&backups, 1, 1000, "--backups: give 1..1000"))
+      .value("--timeout-ms", in_range(&timeout, 100, 600000, "--timeout-ms: give 100..600000"))
+      .value("--log-level",
+             [&](const std::string& v) -> Refusal {
+               auto l = log::parse_level(v);
+               if (!l) return fmt::format("--log-level: '{}' is not debug, info, warn or error", v);
+               level = *l;
+               return std::nullopt;
+             })
+      .flag("--probe", &do_probe);
+  ParsedArgs args = p.parse(argc, argv);
+  if (args.stopped_at) {
+    fmt::print("{}", kUsage);
+    return 0;
+  }
+  if (args.problem) {
+    const ArgProblem& e = *args.problem;
+    switch (e.kind) {
+      case ArgProblem::Kind::needs_value: return bad(fmt::format("{} needs a value", e.option));
+      case ArgProblem::Kind::bad_value: return bad(e.message);
+      case ArgProblem::Kind::no_value: return bad(fmt::format("{} takes no value", e.option));
+      case ArgProblem::Kind::unknown: return bad(fmt::format("unknown option '{}'", e.option));
     }
   }
-  if (optind < argc) return bad(fmt::format("unexpected argument '{}'", argv[optind]));
+  if (!args.positional.empty())
+    return bad(fmt::format("unexpected argument '{}'", args.positional.front()));
   if (state.empty()) state = default_state_dir();
   if (control.empty()) control = state + "/engine-watch.sock";
   if (do_probe) return probe(control, static_cast<int>(timeout));

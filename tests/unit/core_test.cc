@@ -9,6 +9,7 @@
 
 #include <string>
 
+#include "core/args.h"
 #include "core/buffer.h"
 #include "core/config.h"
 #include "core/crypto.h"
@@ -336,4 +337,118 @@ TEST_CASE("nft::condense keeps each distinct error of nft's buffer, in order") {
   CHECK(fy::nft::condense("no error lines here\n").empty());
   CHECK(fy::nft::not_permitted("netlink: Error: Operation not permitted"));
   CHECK_FALSE(fy::nft::not_permitted("Error: Could not process rule: No such file or directory"));
+}
+
+namespace {
+
+fy::ParsedArgs parse_words(const fy::ArgParser& p, std::vector<const char*> words) {
+  words.insert(words.begin(), "prog");
+  return p.parse(static_cast<int>(words.size()), words.data());
+}
+
+}  // namespace
+
+TEST_CASE("ArgParser: long, =, short, grouped, --, positionals, in order") {
+  bool follow = false, json = false;
+  std::string lines, host;
+  fy::ArgParser p;
+  p.flag("-f,--follow", &follow)
+      .flag("--json", &json)
+      .value("-n,--lines", &lines)
+      .value("--host", &host)
+      .stop("-h,--help");
+
+  auto r = parse_words(p, {"rows", "--lines", "-1", "--host=a.b", "-f", "dir", "--", "--json"});
+  REQUIRE(r.ok());
+  CHECK(follow);
+  CHECK_FALSE(json);  // after --: a positional
+  CHECK(lines == "-1");  // a value is the next word whatever it looks like
+  CHECK(host == "a.b");
+  CHECK(r.positional == std::vector<std::string>{"rows", "dir", "--json"});
+
+  follow = false;
+  r = parse_words(p, {"-fn5", "-"});
+  REQUIRE(r.ok());
+  CHECK(follow);
+  CHECK(lines == "5");
+  CHECK(r.positional == std::vector<std::string>{"-"});
+
+  r = parse_words(p, {"-n", "7", "--help", "--bogus"});
+  REQUIRE(r.ok());
+  CHECK(r.stopped_at == "-h");  // the first name, however it was typed
+  CHECK(lines == "7");
+}
+
+TEST_CASE("ArgParser: each problem, the first one ending the parse") {
+  using Kind = fy::ArgProblem::Kind;
+  bool check = false;
+  std::string ports;
+  fy::ArgParser p;
+  p.flag("--check", &check)
+      .value("--ports", &ports, "a list")
+      .value("--n",
+             [](const std::string& v) -> fy::ArgParser::Refusal {
+               if (v == "x") return "not a number";
+               return std::nullopt;
+             })
+      .stop("--help");
+
+  auto r = parse_words(p, {"--prots", "1", "--help"});
+  REQUIRE(r.problem);
+  CHECK(r.problem->kind == Kind::unknown);
+  CHECK(r.problem->option == "--prots");
+  CHECK_FALSE(r.stopped_at);
+
+  r = parse_words(p, {"--fol"});  // no abbreviations
+  REQUIRE(r.problem);
+  CHECK(r.problem->kind == Kind::unknown);
+
+  r = parse_words(p, {"--check", "--ports"});
+  REQUIRE(r.problem);
+  CHECK(r.problem->kind == Kind::needs_value);
+  CHECK(r.problem->option == "--ports");
+  CHECK(r.problem->message == "a list");
+
+  r = parse_words(p, {"--check=yes"});
+  REQUIRE(r.problem);
+  CHECK(r.problem->kind == Kind::no_value);
+  CHECK(r.problem->option == "--check");
+
+  r = parse_words(p, {"--n=x"});
+  REQUIRE(r.problem);
+  CHECK(r.problem->kind == Kind::bad_value);
+  CHECK(r.problem->message == "not a number");
+
+  r = parse_words(p, {"-z"});
+  REQUIRE(r.problem);
+  CHECK(r.problem->option == "-z");
+
+  fy::ArgParser strict;
+  strict.reject_positionals().stop("--help");
+  r = parse_words(strict, {"extra", "--help"});
+  REQUIRE(r.problem);
+  CHECK(r.problem->kind == Kind::unknown);
+  CHECK(r.problem->option == "extra");
+}
+
+TEST_CASE("ArgParser: any_long takes every undeclared --name with its value") {
+  std::vector<std::pair<std::string, std::string>> got;
+  fy::ArgParser p;
+  p.flag("--print-state-dir", [] { return fy::ArgParser::Refusal(); })
+      .any_long([&](std::string_view k, const std::string& v) -> fy::ArgParser::Refusal {
+        if (k == "frobnicate") return "unknown option --frobnicate";
+        got.emplace_back(k, v);
+        return std::nullopt;
+      });
+  auto r = parse_words(p, {"--listen", "127.0.0.1:0", "--state-dir=/x", "--print-state-dir"});
+  REQUIRE(r.ok());
+  CHECK(got == std::vector<std::pair<std::string, std::string>>{{"listen", "127.0.0.1:0"},
+                                                               {"state-dir", "/x"}});
+  r = parse_words(p, {"--frobnicate", "1"});
+  REQUIRE(r.problem);
+  CHECK(r.problem->kind == fy::ArgProblem::Kind::bad_value);
+  CHECK(r.problem->message == "unknown option --frobnicate");
+  r = parse_words(p, {"--listen"});
+  REQUIRE(r.problem);
+  CHECK(r.problem->kind == fy::ArgProblem::Kind::needs_value);
 }
