@@ -15,6 +15,7 @@
 #include "core/crypto.h"
 #include "core/fd.h"
 #include "core/json.h"
+#include "core/log.h"
 #include "core/net.h"
 #include "core/nft.h"
 #include "core/paths.h"
@@ -451,4 +452,19 @@ TEST_CASE("ArgParser: any_long takes every undeclared --name with its value") {
   r = parse_words(p, {"--listen"});
   REQUIRE(r.problem);
   CHECK(r.problem->kind == fy::ArgProblem::Kind::needs_value);
+}
+
+TEST_CASE("log helpers: the rate-limited line, its suffix, the connection id") {
+  CHECK(fy::log::suppressed_suffix(0).empty());
+  CHECK(fy::log::suppressed_suffix(3) == " (3 similar lines suppressed)");
+  CHECK(fmt::format("{} CONNECT x", fy::log::ConnId{42}) == "c42 CONNECT x");
+
+  fy::log::init("core_tests", fy::log::Level::warn);
+  fy::log::RateLimit limit(1, 3'600'000);  // one line an hour: the rest of this test is dropped
+  CHECK_FALSE(fy::log::limited(limit, fy::log::Level::info, "below the level: {}", 1));
+  CHECK(fy::log::limited(limit, fy::log::Level::warn, "core_tests: the one line {}", 1));
+  CHECK_FALSE(fy::log::limited(limit, fy::log::Level::warn, "dropped {}", 2));
+  CHECK_FALSE(fy::log::allow_noting(limit, "dropped"));
+  uint64_t suppressed = 0;
+  CHECK_FALSE(limit.allow(fy::mono_ms(), &suppressed));
 }
