@@ -24,6 +24,7 @@
 #include "core/args.h"
 #include "core/text.h"
 #include "core/clock.h"
+#include "core/fd.h"
 #include "core/log.h"
 #include "proxy/engine/client.h"
 #include "proxy/engine/engine.h"
@@ -131,7 +132,7 @@ class Watcher {
   void run(int control_fd) {
     uint64_t next_open = 0, next_list = 0, backoff = 250;
     bool first = true;
-    int client = -1;
+    Fd client;  // the one control client at a time
     while (!g_stop) {
       uint64_t now = mono_ms();
       if (stream_.fd() < 0 && now >= next_open) {
@@ -163,8 +164,8 @@ class Watcher {
       int n = 0;
       int i_stream = -1, i_ctl = -1, i_client = -1;
       if (stream_.fd() >= 0) pfd[i_stream = n++] = {stream_.fd(), POLLIN, 0};
-      if (control_fd >= 0 && client < 0) pfd[i_ctl = n++] = {control_fd, POLLIN, 0};
-      if (client >= 0) pfd[i_client = n++] = {client, POLLIN, 0};
+      if (control_fd >= 0 && !client) pfd[i_ctl = n++] = {control_fd, POLLIN, 0};
+      if (client) pfd[i_client = n++] = {client.get(), POLLIN, 0};
       uint64_t wake = stream_.fd() >= 0 ? next_list : next_open;
       now = mono_ms();
       int timeout = wake > now ? static_cast<int>(std::min<uint64_t>(wake - now, 1000)) : 0;
@@ -184,16 +185,13 @@ class Watcher {
         }
       }
       if (i_ctl >= 0 && (pfd[i_ctl].revents & POLLIN)) {
-        client = ::accept4(control_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        client.reset(::accept4(control_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
         client_deadline_ = mono_ms() + 2000;
       }
-      if (i_client >= 0 && pfd[i_client].revents) client = serve(client);
-      if (client >= 0 && mono_ms() > client_deadline_) {
-        ::close(client);
-        client = -1;
-      }
+      if (i_client >= 0 && pfd[i_client].revents) serve(client);
+      if (client && mono_ms() > client_deadline_) client.reset();
     }
-    if (client >= 0) ::close(client);
+    client.reset();
     netlog::Snapshot stop;
     stop.kind = netlog::Snapshot::Kind::watch;
     stop.event = "stop";
@@ -311,11 +309,13 @@ class Watcher {
     append(tracker_.on_event(*e, c, ifaces_, wall_ms()));
   }
 
-  // Answers one control line; returns the client fd, or -1 once closed.
-  int serve(int fd) {
+  // Answers one control line, then closes the client (kept open while
+  // nothing has arrived yet).
+  void serve(Fd& client) {
+    const int fd = client.get();
     char buf[256];
     ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return fd;
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
     if (n > 0) {
       std::string_view cmd(buf, static_cast<size_t>(n));
       while (!cmd.empty() && (cmd.back() == '\n' || cmd.back() == '\r')) cmd.remove_suffix(1);
@@ -323,8 +323,7 @@ class Watcher {
       out += '\n';
       (void)::send(fd, out.data(), out.size(), MSG_NOSIGNAL);
     }
-    ::close(fd);
-    return -1;
+    client.reset();
   }
 
   std::string sock_;
@@ -342,17 +341,24 @@ class Watcher {
   uint64_t reported_errors_ = 0;
 };
 
-int listen_control(const std::string& path) {
+// The control socket, listening; empty (errno set) when it cannot be made.
+Fd listen_control(const std::string& path) {
   sockaddr_un sa{};
   sa.sun_family = AF_UNIX;
-  if (path.size() >= sizeof(sa.sun_path)) return -1;
+  if (path.size() >= sizeof(sa.sun_path)) {
+    errno = ENAMETOOLONG;
+    return Fd();
+  }
   std::memcpy(sa.sun_path, path.c_str(), path.size() + 1);
   ::unlink(path.c_str());
-  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (fd < 0) return -1;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 || ::listen(fd, 8) != 0) {
-    ::close(fd);
-    return -1;
+  Fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!fd) return fd;
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 ||
+      ::listen(fd.get(), 8) != 0) {
+    int e = errno;
+    fd.reset();
+    errno = e;
+    return fd;
   }
   ::chmod(path.c_str(), 0600);
   return fd;
@@ -462,8 +468,8 @@ int main(int argc, char** argv) {
                log_path, lock_path, lock < 0 ? std::strerror(errno) : "held");
     return 1;
   }
-  int ctl = listen_control(control);
-  if (ctl < 0) {
+  Fd ctl = listen_control(control);
+  if (!ctl) {
     fmt::print(stderr, "fy-engine-watch: cannot listen on the control socket {}: {}\n", control,
                std::strerror(errno));
     return 1;
@@ -475,8 +481,8 @@ int main(int argc, char** argv) {
   wo.what = "engine log";
   Watcher w(sock, wo, static_cast<int>(interval), static_cast<int>(timeout));
   w.seed();
-  w.run(ctl);
-  ::close(ctl);
+  w.run(ctl.get());
+  ctl.reset();
   ::unlink(control.c_str());
   log::info("stopped");
   return 0;
