@@ -77,4 +77,15 @@ bool RateLimit::allow(uint64_t now_ms, uint64_t* suppressed) {
   return false;
 }
 
+std::string suppressed_suffix(uint64_t n) {
+  return n ? fmt::format(" ({} similar lines suppressed)", n) : std::string();
+}
+
+bool allow_noting(RateLimit& limit, std::string_view what) {
+  uint64_t suppressed = 0;
+  bool ok = limit.allow(mono_ms(), &suppressed);
+  if (ok && suppressed) info("{} {}", suppressed, what);
+  return ok;
+}
+
 }  // namespace fy::log

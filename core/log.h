@@ -11,7 +11,10 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
+
+#include "core/clock.h"
 
 namespace fy::log {
 
@@ -60,4 +63,43 @@ class RateLimit {
   uint64_t dropped_ = 0;
 };
 
+// " (N similar lines suppressed)" when n > 0, else "": the suffix of a line
+// that a RateLimit let through after dropping some.
+std::string suppressed_suffix(uint64_t n);
+
+// The rate-limited line: written at `l` when `limit` lets it through now,
+// with suppressed_suffix() of what it dropped since; returns whether it was.
+// (The level is checked first: a line that would not be written does not use
+// up the limit.)
+template <class... A>
+bool limited(RateLimit& limit, Level l, fmt::format_string<A...> f, A&&... a) {
+  if (!enabled(l)) return false;
+  uint64_t suppressed = 0;
+  if (!limit.allow(mono_ms(), &suppressed)) return false;
+  write(l, fmt::format(f, std::forward<A>(a)...) + suppressed_suffix(suppressed));
+  return true;
+}
+
+// For a caller that writes several lines per allowed event: true when `limit`
+// lets one more through now; the first one after some were dropped is
+// preceded by an info line "<how many> <what>" (fy-forwarder's relay: "12
+// peer-caused log lines suppressed (see the counters in the status line)").
+bool allow_noting(RateLimit& limit, std::string_view what);
+
+// The connection id that starts every line about one connection: "c42", the
+// same spelling in fy-proxy and fy-forwarder (and the Network Log's `conn`).
+//   log::info("{} CONNECT {} refused", log::ConnId{id}, dest);
+struct ConnId {
+  uint64_t id;
+};
+
 }  // namespace fy::log
+
+template <>
+struct fmt::formatter<fy::log::ConnId> {
+  constexpr auto parse(fmt::format_parse_context& ctx) { return ctx.begin(); }
+  template <class Ctx>
+  auto format(fy::log::ConnId c, Ctx& ctx) const {
+    return fmt::format_to(ctx.out(), "c{}", c.id);
+  }
+};

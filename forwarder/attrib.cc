@@ -25,7 +25,7 @@
 
 #include "core/clock.h"
 #include "core/log.h"
-#include "forwarder/fd.h"
+#include "core/fd.h"
 #include "forwarder/sock_owner_bpf.h"
 
 namespace fy::fwd {
@@ -57,7 +57,7 @@ class BpfRecorder {
                         "cannot load the BPF recorder: {} (needs root and a kernel "
                         "with cgroup BPF)",
                         strerror(-rc));
-    UniqueFd cg(::open(cgroup_root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    Fd cg(::open(cgroup_root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (!cg)
       return make_error(Errc::not_found, "cgroup2 root {} cannot be opened: {}", cgroup_root,
                         strerror(errno));
@@ -215,7 +215,7 @@ Result<SockInfo> Attributor::find_socket(const AttribQuery& q) {
 pid_t Attributor::find_owner_proc(uint32_t inode) const {
   char want[32];
   int want_len = snprintf(want, sizeof want, "socket:[%u]", inode);
-  UniqueFd proc(::open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  Fd proc(::open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!proc) return 0;
   DIR* d = fdopendir(::dup(proc.get()));
   if (!d) return 0;

@@ -9,7 +9,7 @@
 #include <cstring>
 
 #include "core/clock.h"
-#include "forwarder/fd.h"
+#include "core/fd.h"
 
 namespace fy::fwd {
 
@@ -20,7 +20,7 @@ Result<std::string> control_query(const std::string& path, const std::string& co
   if (path.size() >= sizeof sa.sun_path)
     return make_error(Errc::invalid_argument, "control socket path {} is too long", path);
   std::memcpy(sa.sun_path, path.data(), path.size());
-  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  Fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd) return make_error(Errc::io, "socket: {}", strerror(errno));
   if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0)
     return make_error(errno == ENOENT || errno == ECONNREFUSED ? Errc::refused : Errc::io,

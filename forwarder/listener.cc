@@ -44,7 +44,7 @@ Result<std::unique_ptr<Listener>> Listener::open(const std::vector<Worker*>& wor
   l->common_ = common;
   const bool group = workers.size() > 1;
   auto make = [&]() -> Result<void> {
-    UniqueFd lock;
+    Fd lock;
     if (group) {
       lock.reset(::open(kBindLock, O_RDWR | O_CREAT | O_CLOEXEC, 0600));
       if (lock) ::flock(lock.get(), LOCK_EX);
@@ -176,16 +176,13 @@ void Listener::Port::accept_on() {
       if (errno == ECONNABORTED) continue;
       const int err = errno;
       ++ctx->counters.accept_errors;
-      uint64_t suppressed = 0;
-      if (g_accept_log.allow(mono_ms(), &suppressed))
-        log::error(
-            "accept on {}: {}; connections are being reset ({} similar lines "
-            "suppressed).{}",
-            co.desc, strerror(err), suppressed,
-            err == EMFILE   ? " Raise LimitNOFILE or lower [limits] connections."
-            : err == ENFILE ? " The whole VM is out of file descriptors (fs.file-max)."
-            : err == ENOBUFS || err == ENOMEM ? " The VM is short of memory."
-                                              : "");
+      log::limited(
+          g_accept_log, log::Level::error, "accept on {}: {}; connections are being reset.{}",
+          co.desc, strerror(err),
+          err == EMFILE   ? " Raise LimitNOFILE or lower [limits] connections."
+          : err == ENFILE ? " The whole VM is out of file descriptors (fs.file-max)."
+          : err == ENOBUFS || err == ENOMEM ? " The VM is short of memory."
+                                            : "");
       if (err == EMFILE || err == ENFILE) out_of_fds();
       return;
     }

@@ -21,7 +21,7 @@
 
 #include "core/result.h"
 #include "forwarder/engine.h"
-#include "forwarder/fd.h"
+#include "core/fd.h"
 #include "forwarder/netns.h"
 #include "forwarder/relay.h"
 
@@ -69,9 +69,9 @@ class Listener {
     static constexpr uint64_t kPauseMs = 50;
     std::shared_ptr<Common> common;
     RelayContext* ctx = nullptr;
-    UniqueFd fd;
+    Fd fd;
     const PortRule* rule = nullptr;
-    UniqueFd spare;  // released to accept-and-reset when out of fds
+    Fd spare;  // released to accept-and-reset when out of fds
     bool paused = false;
     void on_io(uint32_t events) override { accept_on(); }
     void on_timer() override;

@@ -72,12 +72,12 @@ Result<void> run_in_netns(int ns_fd, const std::function<Result<void>()>& fn) {
 
 namespace {
 
-Result<UniqueFd> bound_socket(const std::string& ip, uint16_t port, bool group) {
+Result<Fd> bound_socket(const std::string& ip, uint16_t port, bool group) {
   sockaddr_storage ss;
   socklen_t len;
   if (!make_sockaddr(ip, port, &ss, &len))
     return make_error(Errc::invalid_argument, "'{}' is not an IP address", ip);
-  UniqueFd fd(::socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  Fd fd(::socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd) return make_error(Errc::io, "socket: {}", strerror(errno));
   int one = 1;
   setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -96,7 +96,7 @@ Result<UniqueFd> bound_socket(const std::string& ip, uint16_t port, bool group) 
 
 }  // namespace
 
-Result<UniqueFd> listen_tcp(const std::string& ip, uint16_t port, int backlog, bool group) {
+Result<Fd> listen_tcp(const std::string& ip, uint16_t port, int backlog, bool group) {
   auto fd = bound_socket(ip, port, group);
   if (!fd) return fd;
   // Accepted sockets inherit TCP_NODELAY from the listener: one setsockopt

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "core/result.h"
-#include "forwarder/fd.h"
+#include "core/fd.h"
 #include "forwarder/ingress.h"
 
 namespace fy::fwd {
@@ -30,7 +30,7 @@ struct NsId {
 };
 
 struct NsHandle {
-  UniqueFd fd;  // O_RDONLY on the nsfs file; pass to setns()
+  Fd fd;  // O_RDONLY on the nsfs file; pass to setns()
   NsId id;
 };
 
@@ -51,7 +51,7 @@ Result<void> run_in_netns(int ns_fd, const std::function<Result<void>()>& fn);
 // inherit). `group`: SO_REUSEPORT, one of a group of sockets on the same
 // address (one per worker), among which the kernel spreads connections. The
 // error for a port in use is Errc::refused.
-Result<UniqueFd> listen_tcp(const std::string& ip, uint16_t port, int backlog,
+Result<Fd> listen_tcp(const std::string& ip, uint16_t port, int backlog,
                             bool group = false);
 // Fails (Errc::refused) when something listens on ip:port already: a bind
 // without SO_REUSEPORT, which no listener on the port lets through. A group
@@ -105,8 +105,8 @@ class IfaceMap {
   bool catch_up();
   // Applies one change message to links_; false if it cannot.
   bool apply(const nlmsghdr* nh);
-  UniqueFd nl_;
-  UniqueFd events_;  // RTMGRP_LINK | RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR
+  Fd nl_;
+  Fd events_;  // RTMGRP_LINK | RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR
   std::unordered_map<int, IfLink> links_;  // by ifindex
   uint64_t last_refresh_ms_ = 0;
   uint64_t refreshes_ = 0;

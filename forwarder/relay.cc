@@ -32,20 +32,11 @@ constexpr uint64_t kOutqPollMs = 1;
 // One pump() reading this much from a source makes its direction bulk.
 constexpr size_t kBulkRead = 64 * 1024;
 
-// True when `limit` lets one more line through; the first line after some
-// were suppressed says "<how many> <what>".
-bool log_allowed(log::RateLimit& limit, const char* what) {
-  uint64_t suppressed = 0;
-  bool ok = limit.allow(mono_ms(), &suppressed);
-  if (ok && suppressed) log::info("{} {}", suppressed, what);
-  return ok;
-}
-
 // Peer-caused events: at most 20 lines a second from each worker.
 thread_local log::RateLimit g_peer_log(20, 1000);
 
 bool peer_log_allowed() {
-  return log_allowed(g_peer_log,
+  return log::allow_noting(g_peer_log,
                      "peer-caused log lines suppressed (see the counters in the status line)");
 }
 
@@ -61,7 +52,7 @@ int socket_error(int fd) {
 thread_local log::RateLimit g_upstream_log(5, 1000);
 
 bool upstream_log_allowed() {
-  return log_allowed(g_upstream_log,
+  return log::allow_noting(g_upstream_log,
                      "similar lines about the proxy suppressed (see redials= and "
                      "upstream_failed= in the status line)");
 }
@@ -172,7 +163,7 @@ Connection::~Connection() {
 }
 
 std::string Connection::label() const {
-  return fmt::format("c{} {}", id_, sockaddr_string(reinterpret_cast<const sockaddr*>(&a_.peer)));
+  return fmt::format("{} {}", log::ConnId{id_}, sockaddr_string(reinterpret_cast<const sockaddr*>(&a_.peer)));
 }
 
 void Connection::start() {

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/args.h"
 #include "core/config.h"
 #include "core/net.h"
 #include "core/paths.h"
@@ -275,32 +276,33 @@ ConnectionBudget connection_budget(uint64_t nofile, uint32_t configured) {
 Result<Config> parse_args(int argc, char** argv) {
   Config c;
   bool print_state_dir = false;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") return Error{Errc::closed, usage()};
-    if (arg == "--version") return Error{Errc::closed, "fy-proxy 0.1.0\n"};
-    if (arg == "--print-state-dir") {
-      print_state_dir = true;
-      continue;
+  // Every --key VALUE is a config key (apply()); --config reads a file in
+  // place, so a flag after it overrides the file and one before it does not.
+  ArgParser p;
+  p.stop("--help,-h").stop("--version").flag("--print-state-dir", &print_state_dir);
+  p.reject_positionals().any_long(
+      [&c](std::string_view key, const std::string& value) -> ArgParser::Refusal {
+        auto r = key == "config" ? apply_file(c, value)
+                                 : apply(c, std::string(key), value, "--" + std::string(key));
+        if (!r) return r.error().message;
+        return std::nullopt;
+      });
+  ParsedArgs a = p.parse(argc, argv);
+  if (a.stopped_at == "--help") return Error{Errc::closed, usage()};
+  if (a.stopped_at == "--version") return Error{Errc::closed, "fy-proxy 0.1.0\n"};
+  if (a.problem) {
+    const ArgProblem& e = *a.problem;
+    switch (e.kind) {
+      case ArgProblem::Kind::needs_value:
+        return make_error(Errc::invalid_argument, "{} needs a value: see fy-proxy --help",
+                          e.option);
+      case ArgProblem::Kind::bad_value:
+        return make_error(Errc::invalid_argument, "{}", e.message);
+      case ArgProblem::Kind::no_value:
+      case ArgProblem::Kind::unknown:
+        return make_error(Errc::invalid_argument, "unexpected argument '{}': see fy-proxy --help",
+                          e.option);
     }
-    if (arg.rfind("--", 0) != 0)
-      return make_error(Errc::invalid_argument, "unexpected argument '{}': see fy-proxy --help",
-                        arg);
-    std::string key = arg.substr(2), value;
-    size_t eq = key.find('=');
-    if (eq != std::string::npos) {
-      value = key.substr(eq + 1);
-      key = key.substr(0, eq);
-    } else {
-      if (i + 1 >= argc)
-        return make_error(Errc::invalid_argument, "{} needs a value: see fy-proxy --help", arg);
-      value = argv[++i];
-    }
-    if (key == "config") {
-      FY_TRY(apply_file(c, value));
-      continue;
-    }
-    FY_TRY(apply(c, key, value, "--" + key));
   }
   if (c.state_dir.empty()) c.state_dir = default_proxy_state_dir();
   if (c.policy_file.empty()) c.policy_file = c.state_dir + "/policy.toml";

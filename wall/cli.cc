@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/args.h"
 #include "core/text.h"
 #include "wall/config.h"
 #include "wall/nft.h"
@@ -151,83 +152,54 @@ class Cli {
 };
 
 int Cli::parse_args(int argc, char** argv) {
-  std::vector<std::string> positional;
-  for (int i = 1; i < argc; ++i) {
-    std::string_view a = argv[i];
-    if (a == "-h" || a == "--help") {
-      o_.command = "help";
-      return kExitOk;
-    }
-    if (a == "--version") {
-      o_.command = "version";
-      return kExitOk;
-    }
-    if (a == "--check") {
-      o_.check = true;
-      continue;
-    }
-    if (!a.starts_with("-")) {
-      positional.emplace_back(a);
-      continue;
-    }
-    std::string name(a), value;
-    bool have_value = false;
-    if (size_t eq = a.find('='); eq != std::string_view::npos) {
-      name = std::string(a.substr(0, eq));
-      value = std::string(a.substr(eq + 1));
-      have_value = true;
-    }
-    std::optional<std::string>* slot = nullptr;
-    Flags& f = o_.flags;
-    std::optional<std::string> log_lines;
-    if (name == "--config")
-      slot = &o_.config;
-    else if (name == "--user")
-      slot = &f.user;
-    else if (name == "--gateway")
-      slot = &f.gateway;
-    else if (name == "--ports")
-      slot = &f.ports;
-    else if (name == "--resolvers")
-      slot = &f.resolvers;
-    else if (name == "--forward-allow")
-      slot = &f.forward_allow;
-    else if (name == "--agent-cgroup")
-      slot = &f.agent_cgroup;
-    else if (name == "--subuid-file")
-      slot = &f.subuid_file;
-    else if (name == "--listener")
-      slot = &f.listener;
-    else if (name == "--route-table")
-      slot = &f.route_table;
-    else if (name == "--rule-priority")
-      slot = &f.rule_priority;
-    else if (name == "--vm")
-      slot = &f.vm;
-    else if (name == "--cgroup")
-      slot = &f.cgroup;
-    else if (name == "--proxy-port-base")
-      slot = &f.proxy_port_base;
-    else if (name == "--log-lines")
-      slot = &log_lines;
-    else
-      return fail(kExitUsage, fmt::format("unknown option '{}' — see fy-wall --help", name));
-    if (!have_value) {
-      if (i + 1 >= argc) {
-        return fail(kExitUsage, fmt::format("{} needs a value — see fy-wall --help", name));
-      }
-      value = argv[++i];
-    }
-    *slot = value;
-    if (slot == &log_lines) {
-      auto n = parse_u64(value);
-      if (!n || *n > 10000) {
+  Flags& f = o_.flags;
+  ArgParser p;
+  p.stop("-h,--help").stop("--version").flag("--check", &o_.check);
+  auto into = [&p](const char* name, std::optional<std::string>* slot) {
+    p.value(name, [slot](const std::string& v) -> ArgParser::Refusal {
+      *slot = v;
+      return std::nullopt;
+    });
+  };
+  into("--config", &o_.config);
+  into("--user", &f.user);
+  into("--gateway", &f.gateway);
+  into("--ports", &f.ports);
+  into("--resolvers", &f.resolvers);
+  into("--forward-allow", &f.forward_allow);
+  into("--agent-cgroup", &f.agent_cgroup);
+  into("--subuid-file", &f.subuid_file);
+  into("--listener", &f.listener);
+  into("--route-table", &f.route_table);
+  into("--rule-priority", &f.rule_priority);
+  into("--vm", &f.vm);
+  into("--cgroup", &f.cgroup);
+  into("--proxy-port-base", &f.proxy_port_base);
+  p.value("--log-lines", [this](const std::string& v) -> ArgParser::Refusal {
+    auto n = parse_u64(v);
+    if (!n || *n > 10000) return fmt::format("--log-lines wants a number 0..10000, not '{}'", v);
+    o_.log_lines = static_cast<size_t>(*n);
+    return std::nullopt;
+  });
+  ParsedArgs a = p.parse(argc, argv);
+  if (a.stopped_at) {
+    o_.command = *a.stopped_at == "--version" ? "version" : "help";
+    return kExitOk;
+  }
+  if (a.problem) {
+    switch (a.problem->kind) {
+      case ArgProblem::Kind::needs_value:
         return fail(kExitUsage,
-                    fmt::format("--log-lines wants a number 0..10000, not '{}'", value));
-      }
-      o_.log_lines = static_cast<size_t>(*n);
+                    fmt::format("{} needs a value — see fy-wall --help", a.problem->option));
+      case ArgProblem::Kind::bad_value:
+        return fail(kExitUsage, a.problem->message);
+      case ArgProblem::Kind::no_value:
+      case ArgProblem::Kind::unknown:
+        return fail(kExitUsage, fmt::format("unknown option '{}' — see fy-wall --help",
+                                            a.problem->option));
     }
   }
+  const std::vector<std::string>& positional = a.positional;
   if (positional.empty()) {
     return fail(kExitUsage,
                 "no command — apply|remove|status|render (e.g. fy-wall apply machine --config "

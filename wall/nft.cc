@@ -1,7 +1,3 @@
-// libnftables.h defines _GNU_SOURCE itself; g++ already has.
-#undef _GNU_SOURCE
-#include <nftables/libnftables.h>
-
 #include "wall/nft.h"
 
 #include <sched.h>
@@ -14,44 +10,17 @@
 #include "core/text.h"
 
 namespace fy::wall {
-namespace {
-
-std::string trim_trailing(std::string s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  return s;
-}
-
-bool mentions(std::string_view text, std::string_view what) {
-  return text.find(what) != std::string_view::npos;
-}
-
-}  // namespace
-
-void NftCtxFree::operator()(nft_ctx* c) const noexcept {
-  nft_ctx_free(c);
-}
-
 Result<Nft> Nft::open() {
-  NftCtxPtr ctx(nft_ctx_new(NFT_CTX_DEFAULT));
-  if (!ctx) {
-    return make_error(Errc::io,
-                      "libnftables could not open a netlink socket — is the nf_tables module "
-                      "available in this kernel?");
-  }
-  if (nft_ctx_buffer_output(ctx.get()) != 0 || nft_ctx_buffer_error(ctx.get()) != 0)
-    return make_error(Errc::internal, "libnftables could not buffer its output");
-  return Nft(std::move(ctx));
+  auto ctx = nft::Ctx::open();
+  if (!ctx) return std::move(ctx).take_error();
+  return Nft(std::move(*ctx));
 }
 
 Result<void> Nft::run(const std::string& text, bool dry_run) {
-  nft_ctx_set_dry_run(ctx_.get(), dry_run);
-  nft_ctx_output_set_flags(ctx_.get(), 0);
-  int rc = nft_run_cmd_from_buffer(ctx_.get(), text.c_str());
-  nft_ctx_set_dry_run(ctx_.get(), false);
-  std::string err = trim_trailing(nft_ctx_get_error_buffer(ctx_.get()));
-  (void)nft_ctx_get_output_buffer(ctx_.get());  // drain
-  if (rc == 0) return ok();
-  if (mentions(err, "Operation not permitted")) {
+  nft::Reply r = ctx_.run(text, dry_run);
+  if (r.ok) return ok();
+  std::string err = std::move(r.err);
+  if (nft::not_permitted(err)) {
     return make_error(Errc::permission,
                       "the kernel refused: fy-wall needs CAP_NET_ADMIN to change the ruleset — "
                       "run it as root");
@@ -64,17 +33,15 @@ Result<void> Nft::run(const std::string& text, bool dry_run) {
 }
 
 Result<std::string> Nft::command(const std::string& cmd, bool stateless) {
-  nft_ctx_output_set_flags(ctx_.get(), stateless ? NFT_CTX_OUTPUT_STATELESS : 0);
-  int rc = nft_run_cmd_from_buffer(ctx_.get(), cmd.c_str());
-  std::string out = nft_ctx_get_output_buffer(ctx_.get());
-  std::string err = trim_trailing(nft_ctx_get_error_buffer(ctx_.get()));
-  if (rc == 0) return out;
-  if (mentions(err, "Operation not permitted")) {
+  nft::Reply r = ctx_.run(cmd, false, stateless);
+  if (r.ok) return std::move(r.out);
+  const std::string& err = r.err;
+  if (nft::not_permitted(err)) {
     return make_error(Errc::permission,
                       "the kernel refused: fy-wall needs CAP_NET_ADMIN to read the ruleset — "
                       "run it as root");
   }
-  if (mentions(err, "No such file or directory")) return make_error(Errc::not_found, "{}", err);
+  if (err.find("No such file or directory") != std::string::npos) return make_error(Errc::not_found, "{}", err);
   return make_error(Errc::io, "`nft {}` failed: {}", cmd, err);
 }
 

@@ -1,6 +1,7 @@
-// libnftables, owned: one nft_ctx per Nft, freed with it. Every ruleset text is
-// handed to libnftables whole, which sends it to the kernel as one batch: the
-// kernel commits all of it or none of it.
+// fy-wall's view of libnftables: one core nft::Ctx per Nft (core/nft.h, which
+// fy-forwarder shares), and what fy-wall asks of it: a transaction, the tables,
+// a table's listing. Every ruleset text is handed to libnftables whole, which
+// sends it to the kernel as one batch: the kernel commits all of it or none.
 #pragma once
 
 #include <memory>
@@ -8,17 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "core/nft.h"
 #include "core/result.h"
 #include "wall/render.h"
 
-struct nft_ctx;
-
 namespace fy::wall {
-
-struct NftCtxFree {
-  void operator()(nft_ctx* c) const noexcept;
-};
-using NftCtxPtr = std::unique_ptr<nft_ctx, NftCtxFree>;
 
 class Nft {
  public:
@@ -40,9 +35,9 @@ class Nft {
   Result<std::optional<std::string>> list(const TableRef& t, bool stateless = true);
 
  private:
-  explicit Nft(NftCtxPtr ctx) : ctx_(std::move(ctx)) {}
+  explicit Nft(nft::Ctx ctx) : ctx_(std::move(ctx)) {}
   Result<std::string> command(const std::string& cmd, bool stateless);
-  NftCtxPtr ctx_;
+  nft::Ctx ctx_;
 };
 
 // A table listing with its chains in name order: the order nft lists chains

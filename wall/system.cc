@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "core/fd.h"
 #include "core/text.h"
 
 namespace fy::wall {
@@ -25,13 +26,6 @@ bool is_cgroup2(const char* path) {
   struct statfs fs {};
   return statfs(path, &fs) == 0 && fs.f_type == CGROUP2_SUPER_MAGIC;
 }
-
-struct Fd {
-  int fd = -1;
-  ~Fd() {
-    if (fd >= 0) close(fd);
-  }
-};
 
 }  // namespace
 
@@ -80,15 +74,15 @@ Result<void> check_cgroup_exists(const std::string& relative) {
 Result<std::vector<std::string>> kernel_log_lines(const std::vector<std::string>& needles,
                                                   size_t max, size_t* total) {
   *total = 0;
-  Fd f{::open("/dev/kmsg", O_RDONLY | O_NONBLOCK | O_CLOEXEC)};
-  if (f.fd < 0) {
+  Fd f(::open("/dev/kmsg", O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  if (!f) {
     return make_error(errno == EACCES || errno == EPERM ? Errc::permission : Errc::io,
                       "cannot read the kernel log (/dev/kmsg): {}", strerror(errno));
   }
   std::deque<std::string> keep;
   char buf[8192];
   while (true) {
-    ssize_t n = read(f.fd, buf, sizeof buf - 1);
+    ssize_t n = read(f.get(), buf, sizeof buf - 1);
     if (n < 0) {
       if (errno == EPIPE) continue;  // a record was overwritten while reading; go on
       if (errno == EINTR) continue;

@@ -33,6 +33,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(SRC, "tests", "forwarder"))
+sys.path.insert(0, os.path.join(SRC, "tests", "lib"))  # fyproc, which fyf_topology imports
 
 DIRECT_ADDR = "192.168.5.3"  # the host's second address; DNAT'ed to the proxy's
 

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/args.h"
 #include "core/log.h"
 #include "core/loop.h"
 #include "forwarder/config.h"
@@ -53,44 +54,43 @@ int main(int argc, char** argv) {
   std::string config_path, control, log_level;
   bool check = false, probe = false, require_bridge = false;
   int timeout_ms = 2000;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&](const char* name) -> const char* {
-      if (i + 1 >= argc) return nullptr;
-      (void)name;
-      return argv[++i];
-    };
-    if (a == "--help" || a == "-h") {
-      fputs(kUsage, stdout);
-      return 0;
-    } else if (a == "--version") {
-      puts("fy-forwarder 0.1.0 (stamp format v=1)");
-      return 0;
-    } else if (a == "--config") {
-      const char* v = value("--config");
-      if (!v) return usage_error("--config needs a file");
-      config_path = v;
-    } else if (a == "--control") {
-      const char* v = value("--control");
-      if (!v) return usage_error("--control needs a path");
-      control = v;
-    } else if (a == "--log-level") {
-      const char* v = value("--log-level");
-      if (!v) return usage_error("--log-level needs a level");
-      log_level = v;
-    } else if (a == "--timeout-ms") {
-      const char* v = value("--timeout-ms");
-      if (!v) return usage_error("--timeout-ms needs a number");
-      timeout_ms = atoi(v);
-      if (timeout_ms <= 0) return usage_error("--timeout-ms must be a positive number");
-    } else if (a == "--check-config") {
-      check = true;
-    } else if (a == "--probe") {
-      probe = true;
-    } else if (a == "--require-bridge") {
-      require_bridge = true;
-    } else {
-      return usage_error("unknown argument '" + a + "'");
+  fy::ArgParser p;
+  p.stop("--help,-h")
+      .stop("--version")
+      .value("--config", &config_path, "a file")
+      .value("--control", &control, "a path")
+      .value("--log-level", &log_level, "a level")
+      .value(
+          "--timeout-ms",
+          [&](const std::string& v) -> fy::ArgParser::Refusal {
+            timeout_ms = atoi(v.c_str());
+            if (timeout_ms <= 0) return "--timeout-ms must be a positive number";
+            return std::nullopt;
+          },
+          "a number")
+      .flag("--check-config", &check)
+      .flag("--probe", &probe)
+      .flag("--require-bridge", &require_bridge)
+      .reject_positionals();
+  fy::ParsedArgs args = p.parse(argc, argv);
+  if (args.stopped_at == "--help") {
+    fputs(kUsage, stdout);
+    return 0;
+  }
+  if (args.stopped_at == "--version") {
+    puts("fy-forwarder 0.1.0 (stamp format v=1)");
+    return 0;
+  }
+  if (args.problem) {
+    const fy::ArgProblem& e = *args.problem;
+    switch (e.kind) {
+      case fy::ArgProblem::Kind::needs_value:
+        return usage_error(e.option + " needs " + e.message);
+      case fy::ArgProblem::Kind::bad_value:
+        return usage_error(e.message);
+      case fy::ArgProblem::Kind::no_value:
+      case fy::ArgProblem::Kind::unknown:
+        return usage_error("unknown argument '" + e.option + "'");
     }
   }
 

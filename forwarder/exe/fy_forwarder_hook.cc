@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/args.h"
 #include "core/clock.h"
 #include "forwarder/control_client.h"
 #include "forwarder/netns.h"
@@ -114,30 +115,36 @@ int main(int argc, char** argv) {
   std::string control = "/run/fy-forwarder/control.sock";
   int timeout_ms = 5000;
   bool refuse = true;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--help" || a == "-h") {
-      fputs(kUsage, stdout);
-      return 0;
-    } else if (a == "--control" && i + 1 < argc) {
-      control = argv[++i];
-    } else if (a == "--timeout-ms" && i + 1 < argc) {
-      timeout_ms = atoi(argv[++i]);
-      if (timeout_ms <= 0) {
-        fprintf(stderr, "fy-forwarder-hook: --timeout-ms must be a positive number\n");
-        return 2;
-      }
-    } else if (a == "--on-timeout" && i + 1 < argc) {
-      std::string m = argv[++i];
-      if (m != "refuse" && m != "continue") {
-        fprintf(stderr, "fy-forwarder-hook: --on-timeout is refuse or continue\n");
-        return 2;
-      }
-      refuse = m == "refuse";
-    } else {
-      fprintf(stderr, "fy-forwarder-hook: unknown argument '%s'; see --help\n", a.c_str());
-      return 2;
-    }
+  fy::ArgParser p;
+  p.stop("--help,-h")
+      .value("--control", &control)
+      .value("--timeout-ms",
+             [&](const std::string& v) -> fy::ArgParser::Refusal {
+               timeout_ms = atoi(v.c_str());
+               if (timeout_ms <= 0) return "--timeout-ms must be a positive number";
+               return std::nullopt;
+             })
+      .value("--on-timeout",
+             [&](const std::string& m) -> fy::ArgParser::Refusal {
+               if (m != "refuse" && m != "continue") return "--on-timeout is refuse or continue";
+               refuse = m == "refuse";
+               return std::nullopt;
+             })
+      .reject_positionals();
+  fy::ParsedArgs args = p.parse(argc, argv);
+  if (args.stopped_at) {
+    fputs(kUsage, stdout);
+    return 0;
+  }
+  if (args.problem) {
+    const fy::ArgProblem& e = *args.problem;
+    if (e.kind == fy::ArgProblem::Kind::bad_value)
+      fprintf(stderr, "fy-forwarder-hook: %s\n", e.message.c_str());
+    else if (e.kind == fy::ArgProblem::Kind::needs_value)
+      fprintf(stderr, "fy-forwarder-hook: %s needs a value; see --help\n", e.option.c_str());
+    else
+      fprintf(stderr, "fy-forwarder-hook: unknown argument '%s'; see --help\n", e.option.c_str());
+    return 2;
   }
   // The runtime writes the container state to stdin; read it so the writer
   // never blocks, without waiting on a stdin that is not closed.

@@ -62,20 +62,19 @@ Result<void> ResponseReader::finish() {
   return make_error(Errc::closed, "the engine closed the connection before its answer was whole");
 }
 
-Result<int> connect_unix(const std::string& path, int timeout_ms) {
+Result<Fd> connect_unix(const std::string& path, int timeout_ms) {
   sockaddr_un sa{};
   sa.sun_family = AF_UNIX;
   if (path.size() >= sizeof(sa.sun_path))
     return make_error(Errc::invalid_argument, "the socket path {} is too long", path);
   std::memcpy(sa.sun_path, path.c_str(), path.size() + 1);
-  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return make_error(Errc::io, "socket: {}", std::strerror(errno));
+  Fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) return make_error(Errc::io, "socket: {}", std::strerror(errno));
   timeval tv{timeout_ms / 1000, (timeout_ms % 1000) * 1000};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
     int e = errno;
-    ::close(fd);
     return make_error(Errc::connect, "cannot connect to the engine's socket {}: {}", path,
                       std::strerror(e));
   }
@@ -107,8 +106,7 @@ Result<std::string> http_get(const std::string& sock, const std::string& target,
                              size_t max_body) {
   auto fd = connect_unix(sock, timeout_ms);
   if (!fd) return std::move(fd).take_error();
-  std::unique_ptr<int, void (*)(int*)> guard(&*fd, [](int* p) { ::close(*p); });
-  if (auto s = send_all(*fd, request(target)); !s) return std::move(s).take_error();
+  if (auto s = send_all(fd->get(), request(target)); !s) return std::move(s).take_error();
   std::string body;
   ResponseReader rr(max_body, [&](std::string_view b) { body.append(b); });
   uint64_t deadline = mono_ms() + static_cast<uint64_t>(timeout_ms);
@@ -116,7 +114,7 @@ Result<std::string> http_get(const std::string& sock, const std::string& target,
   while (!rr.complete()) {
     if (mono_ms() > deadline)
       return make_error(Errc::timeout, "the engine did not answer GET {} within {} ms", target, timeout_ms);
-    ssize_t n = ::recv(*fd, buf, sizeof buf, 0);
+    ssize_t n = ::recv(fd->get(), buf, sizeof buf, 0);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK)
@@ -141,8 +139,7 @@ EventStream::~EventStream() {
 }
 
 void EventStream::close() {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = -1;
+  fd_.reset();
   reader_.reset();
   line_.clear();
   line_too_long_ = false;
@@ -152,8 +149,8 @@ Result<void> EventStream::open(const std::string& sock, const std::string& targe
   close();
   auto fd = connect_unix(sock, timeout_ms);
   if (!fd) return std::move(fd).take_error();
-  fd_ = *fd;
-  if (auto s = send_all(fd_, request(target)); !s) {
+  fd_ = std::move(*fd);
+  if (auto s = send_all(fd_.get(), request(target)); !s) {
     close();
     return s;
   }
@@ -177,9 +174,9 @@ Result<void> EventStream::open(const std::string& sock, const std::string& targe
 }
 
 Result<void> EventStream::read_some(const LineFn& fn) {
-  if (fd_ < 0) return make_error(Errc::closed, "the event stream is not open");
+  if (!fd_) return make_error(Errc::closed, "the event stream is not open");
   char buf[65536];
-  ssize_t n = ::recv(fd_, buf, sizeof buf, MSG_DONTWAIT);
+  ssize_t n = ::recv(fd_.get(), buf, sizeof buf, MSG_DONTWAIT);
   if (n < 0) {
     if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) return {};
     return make_error(Errc::io, "reading the engine's event stream: {}", std::strerror(errno));

@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/fd.h"
 #include "core/result.h"
 
 namespace fy::engine {
@@ -42,8 +43,9 @@ class ResponseReader {
   bool too_large_ = false;
 };
 
-// Connects to the unix socket at `path` (Errc::connect with the reason).
-Result<int> connect_unix(const std::string& path, int timeout_ms);
+// Connects to the unix socket at `path` (Errc::connect with the reason); the
+// caller owns the socket.
+Result<Fd> connect_unix(const std::string& path, int timeout_ms);
 
 // GET `target`; the body of a 200 answer, else an error naming the status.
 Result<std::string> http_get(const std::string& sock, const std::string& target, int timeout_ms,
@@ -60,7 +62,7 @@ class EventStream {
 
   // Connects and sends the request; the answer is read by read_some().
   Result<void> open(const std::string& sock, const std::string& target, int timeout_ms);
-  int fd() const { return fd_; }
+  int fd() const { return fd_.get(); }
   // Reads what is there (the fd is readable): each complete body line goes to
   // `fn`. Errc::closed when the engine ended the stream; another error for a
   // bad answer. A line longer than kMaxEventLine is an error (the stream is
@@ -69,7 +71,7 @@ class EventStream {
   void close();
 
  private:
-  int fd_ = -1;
+  Fd fd_;
   std::string line_;
   bool line_too_long_ = false;
   std::unique_ptr<ResponseReader> reader_;

@@ -7,7 +7,6 @@
 // engine for a list are blocking with a deadline: they go to a local socket and
 // take milliseconds; while one runs, the event stream buffers in the kernel.
 #include <fcntl.h>
-#include <getopt.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/file.h>
@@ -22,8 +21,10 @@
 #include <cstring>
 #include <string>
 
+#include "core/args.h"
 #include "core/text.h"
 #include "core/clock.h"
+#include "core/fd.h"
 #include "core/log.h"
 #include "proxy/engine/client.h"
 #include "proxy/engine/engine.h"
@@ -131,7 +132,7 @@ class Watcher {
   void run(int control_fd) {
     uint64_t next_open = 0, next_list = 0, backoff = 250;
     bool first = true;
-    int client = -1;
+    Fd client;  // the one control client at a time
     while (!g_stop) {
       uint64_t now = mono_ms();
       if (stream_.fd() < 0 && now >= next_open) {
@@ -163,8 +164,8 @@ class Watcher {
       int n = 0;
       int i_stream = -1, i_ctl = -1, i_client = -1;
       if (stream_.fd() >= 0) pfd[i_stream = n++] = {stream_.fd(), POLLIN, 0};
-      if (control_fd >= 0 && client < 0) pfd[i_ctl = n++] = {control_fd, POLLIN, 0};
-      if (client >= 0) pfd[i_client = n++] = {client, POLLIN, 0};
+      if (control_fd >= 0 && !client) pfd[i_ctl = n++] = {control_fd, POLLIN, 0};
+      if (client) pfd[i_client = n++] = {client.get(), POLLIN, 0};
       uint64_t wake = stream_.fd() >= 0 ? next_list : next_open;
       now = mono_ms();
       int timeout = wake > now ? static_cast<int>(std::min<uint64_t>(wake - now, 1000)) : 0;
@@ -184,16 +185,13 @@ class Watcher {
         }
       }
       if (i_ctl >= 0 && (pfd[i_ctl].revents & POLLIN)) {
-        client = ::accept4(control_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        client.reset(::accept4(control_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
         client_deadline_ = mono_ms() + 2000;
       }
-      if (i_client >= 0 && pfd[i_client].revents) client = serve(client);
-      if (client >= 0 && mono_ms() > client_deadline_) {
-        ::close(client);
-        client = -1;
-      }
+      if (i_client >= 0 && pfd[i_client].revents) serve(client);
+      if (client && mono_ms() > client_deadline_) client.reset();
     }
-    if (client >= 0) ::close(client);
+    client.reset();
     netlog::Snapshot stop;
     stop.kind = netlog::Snapshot::Kind::watch;
     stop.event = "stop";
@@ -311,11 +309,13 @@ class Watcher {
     append(tracker_.on_event(*e, c, ifaces_, wall_ms()));
   }
 
-  // Answers one control line; returns the client fd, or -1 once closed.
-  int serve(int fd) {
+  // Answers one control line, then closes the client (kept open while
+  // nothing has arrived yet).
+  void serve(Fd& client) {
+    const int fd = client.get();
     char buf[256];
     ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return fd;
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
     if (n > 0) {
       std::string_view cmd(buf, static_cast<size_t>(n));
       while (!cmd.empty() && (cmd.back() == '\n' || cmd.back() == '\r')) cmd.remove_suffix(1);
@@ -323,8 +323,7 @@ class Watcher {
       out += '\n';
       (void)::send(fd, out.data(), out.size(), MSG_NOSIGNAL);
     }
-    ::close(fd);
-    return -1;
+    client.reset();
   }
 
   std::string sock_;
@@ -342,17 +341,24 @@ class Watcher {
   uint64_t reported_errors_ = 0;
 };
 
-int listen_control(const std::string& path) {
+// The control socket, listening; empty (errno set) when it cannot be made.
+Fd listen_control(const std::string& path) {
   sockaddr_un sa{};
   sa.sun_family = AF_UNIX;
-  if (path.size() >= sizeof(sa.sun_path)) return -1;
+  if (path.size() >= sizeof(sa.sun_path)) {
+    errno = ENAMETOOLONG;
+    return Fd();
+  }
   std::memcpy(sa.sun_path, path.c_str(), path.size() + 1);
   ::unlink(path.c_str());
-  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (fd < 0) return -1;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 || ::listen(fd, 8) != 0) {
-    ::close(fd);
-    return -1;
+  Fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!fd) return fd;
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 ||
+      ::listen(fd.get(), 8) != 0) {
+    int e = errno;
+    fd.reset();
+    errno = e;
+    return fd;
   }
   ::chmod(path.c_str(), 0600);
   return fd;
@@ -364,12 +370,12 @@ int probe(const std::string& path, int timeout_ms) {
     fmt::print(stderr, "fy-engine-watch: no watcher answers at {}: {}\n", path, fd.error().message);
     return 1;
   }
-  (void)::send(*fd, "status\n", 7, MSG_NOSIGNAL);
+  (void)::send(fd->get(), "status\n", 7, MSG_NOSIGNAL);
   std::string out;
   char buf[4096];
   ssize_t n;
-  while ((n = ::recv(*fd, buf, sizeof buf, 0)) > 0) out.append(buf, static_cast<size_t>(n));
-  ::close(*fd);
+  while ((n = ::recv(fd->get(), buf, sizeof buf, 0)) > 0) out.append(buf, static_cast<size_t>(n));
+  fd->reset();
   if (out.empty()) {
     fmt::print(stderr, "fy-engine-watch: the watcher at {} did not answer\n", path);
     return 1;
@@ -382,19 +388,6 @@ int probe(const std::string& path, int timeout_ms) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  enum { kSocket = 256, kState, kLog, kControl, kInterval, kMaxBytes, kBackups, kTimeout, kLevel, kProbe };
-  static const option opts[] = {{"socket", required_argument, nullptr, kSocket},
-                                {"state-dir", required_argument, nullptr, kState},
-                                {"log", required_argument, nullptr, kLog},
-                                {"control", required_argument, nullptr, kControl},
-                                {"list-interval-ms", required_argument, nullptr, kInterval},
-                                {"max-bytes", required_argument, nullptr, kMaxBytes},
-                                {"backups", required_argument, nullptr, kBackups},
-                                {"timeout-ms", required_argument, nullptr, kTimeout},
-                                {"log-level", required_argument, nullptr, kLevel},
-                                {"probe", no_argument, nullptr, kProbe},
-                                {"help", no_argument, nullptr, 'h'},
-                                {nullptr, 0, nullptr, 0}};
   std::string sock, state, log_path, control;
   long interval = 30000, max_bytes = 5 * 1024 * 1024, backups = 5, timeout = 5000;
   log::Level level = log::Level::info;
@@ -403,39 +396,48 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "fy-engine-watch: {}\nRun `fy-engine-watch --help` for the options.\n", m);
     return 2;
   };
-  opterr = 0;
-  int c;
-  while ((c = getopt_long(argc, argv, ":h", opts, nullptr)) != -1) {
-    switch (c) {
-      case kSocket: sock = optarg; break;
-      case kState: state = optarg; break;
-      case kLog: log_path = optarg; break;
-      case kControl: control = optarg; break;
-      case kInterval:
-        if (!parse_long_in(optarg, 100, 3600000, &interval)) return bad("--list-interval-ms: give 100..3600000");
-        break;
-      case kMaxBytes:
-        if (!parse_long_in(optarg, 4096, 1L << 40, &max_bytes)) return bad("--max-bytes: give 4096 or more");
-        break;
-      case kBackups:
-        if (!parse_long_in(optarg, 1, 1000, &backups)) return bad("--backups: give 1..1000");
-        break;
-      case kTimeout:
-        if (!parse_long_in(optarg, 100, 600000, &timeout)) return bad("--timeout-ms: give 100..600000");
-        break;
-      case kLevel: {
-        auto l = log::parse_level(optarg);
-        if (!l) return bad(fmt::format("--log-level: '{}' is not debug, info, warn or error", optarg));
-        level = *l;
-        break;
-      }
-      case kProbe: do_probe = true; break;
-      case 'h': fmt::print("{}", kUsage); return 0;
-      case ':': return bad(fmt::format("{} needs a value", argv[optind - 1]));
-      default: return bad(fmt::format("unknown option '{}'", argv[optind - 1]));
+  using Refusal = ArgParser::Refusal;
+  auto in_range = [](long* out, long lo, long hi, std::string why) {
+    return [=](const std::string& v) -> Refusal {
+      if (!parse_long_in(v, lo, hi, out)) return why;
+      return std::nullopt;
+    };
+  };
+  ArgParser p;
+  p.stop("-h,--help")
+      .value("--socket", &sock)
+      .value("--state-dir", &state)
+      .value("--log", &log_path)
+      .value("--control", &control)
+      .value("--list-interval-ms",
+             in_range(&interval, 100, 3600000, "--list-interval-ms: give 100..3600000"))
+      .value("--max-bytes", in_range(&max_bytes, 4096, 1L << 40, "--max-bytes: give 4096 or more"))
+      .value("--backups", in_range(&backups, 1, 1000, "--backups: give 1..1000"))
+      .value("--timeout-ms", in_range(&timeout, 100, 600000, "--timeout-ms: give 100..600000"))
+      .value("--log-level",
+             [&](const std::string& v) -> Refusal {
+               auto l = log::parse_level(v);
+               if (!l) return fmt::format("--log-level: '{}' is not debug, info, warn or error", v);
+               level = *l;
+               return std::nullopt;
+             })
+      .flag("--probe", &do_probe);
+  ParsedArgs args = p.parse(argc, argv);
+  if (args.stopped_at) {
+    fmt::print("{}", kUsage);
+    return 0;
+  }
+  if (args.problem) {
+    const ArgProblem& e = *args.problem;
+    switch (e.kind) {
+      case ArgProblem::Kind::needs_value: return bad(fmt::format("{} needs a value", e.option));
+      case ArgProblem::Kind::bad_value: return bad(e.message);
+      case ArgProblem::Kind::no_value: return bad(fmt::format("{} takes no value", e.option));
+      case ArgProblem::Kind::unknown: return bad(fmt::format("unknown option '{}'", e.option));
     }
   }
-  if (optind < argc) return bad(fmt::format("unexpected argument '{}'", argv[optind]));
+  if (!args.positional.empty())
+    return bad(fmt::format("unexpected argument '{}'", args.positional.front()));
   if (state.empty()) state = default_state_dir();
   if (control.empty()) control = state + "/engine-watch.sock";
   if (do_probe) return probe(control, static_cast<int>(timeout));
@@ -466,8 +468,8 @@ int main(int argc, char** argv) {
                log_path, lock_path, lock < 0 ? std::strerror(errno) : "held");
     return 1;
   }
-  int ctl = listen_control(control);
-  if (ctl < 0) {
+  Fd ctl = listen_control(control);
+  if (!ctl) {
     fmt::print(stderr, "fy-engine-watch: cannot listen on the control socket {}: {}\n", control,
                std::strerror(errno));
     return 1;
@@ -479,8 +481,8 @@ int main(int argc, char** argv) {
   wo.what = "engine log";
   Watcher w(sock, wo, static_cast<int>(interval), static_cast<int>(timeout));
   w.seed();
-  w.run(ctl);
-  ::close(ctl);
+  w.run(ctl.get());
+  ctl.reset();
   ::unlink(control.c_str());
   log::info("stopped");
   return 0;

@@ -1,5 +1,4 @@
 // fy-netlog: the operator's reader of the Network Log (docs/fy-netlog.md).
-#include <getopt.h>
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
@@ -15,6 +14,7 @@
 #include <set>
 #include <string>
 
+#include "core/args.h"
 #include "core/clock.h"
 #include "core/text.h"
 #include "proxy/netlog/reader.h"
@@ -107,89 +107,82 @@ int usage_error(const std::string& msg) {
 
 // Returns -1 to go on, else the exit code.
 int parse_args(int argc, char** argv, Args& a, int64_t now_ms) {
-  enum { kHost = 256, kStatus, kSince, kUntil, kJson, kUtc, kWidth, kVersion, kBy, kEngine };
-  static const option opts[] = {{"follow", no_argument, nullptr, 'f'},
-                                {"lines", required_argument, nullptr, 'n'},
-                                {"host", required_argument, nullptr, kHost},
-                                {"status", required_argument, nullptr, kStatus},
-                                {"since", required_argument, nullptr, kSince},
-                                {"until", required_argument, nullptr, kUntil},
-                                {"json", no_argument, nullptr, kJson},
-                                {"utc", no_argument, nullptr, kUtc},
-                                {"width", required_argument, nullptr, kWidth},
-                                {"by", required_argument, nullptr, kBy},
-                                {"engine", required_argument, nullptr, kEngine},
-                                {"help", no_argument, nullptr, 'h'},
-                                {"version", no_argument, nullptr, kVersion},
-                                {nullptr, 0, nullptr, 0}};
-  opterr = 0;
-  int c;
-  while ((c = getopt_long(argc, argv, ":fn:h", opts, nullptr)) != -1) {
-    switch (c) {
-      case 'f':
-        a.follow = true;
-        break;
-      case 'n':
-        if (!parse_long_in(optarg, 0, 100000000, &a.lines))
-          return usage_error(fmt::format("bad --lines '{}': give a number of rows", optarg));
-        break;
-      case kHost: {
-        auto p = parse_host_pattern(optarg);
-        if (!p) return usage_error(p.error().message);
-        a.filter.hosts.push_back(*p);
-        break;
-      }
-      case kStatus: {
-        auto s = parse_status_spec(optarg);
-        if (!s) return usage_error(s.error().message);
-        a.filter.statuses.insert(a.filter.statuses.end(), s->begin(), s->end());
-        break;
-      }
-      case kSince:
-      case kUntil: {
-        auto t = parse_time_spec(optarg, now_ms);
-        if (!t)
-          return usage_error(
-              fmt::format("--{}: {}", c == kSince ? "since" : "until", t.error().message));
-        (c == kSince ? a.filter.since_ms : a.filter.until_ms) = *t;
-        break;
-      }
-      case kJson:
-        a.json = true;
-        break;
-      case kBy:
-        if (std::string(optarg) != "principal")
-          return usage_error(fmt::format("bad --by '{}': the one grouping is `--by principal`", optarg));
-        a.by_principal = true;
-        break;
-      case kEngine:
-        a.engine = optarg;
-        break;
-      case kUtc:
-        a.utc = true;
-        break;
-      case kWidth: {
-        long w;
-        if (!parse_long_in(optarg, kMinWidth, kMaxWidth, &w))
-          return usage_error(
-              fmt::format("bad --width '{}': give {}..{} columns", optarg, kMinWidth, kMaxWidth));
-        a.width = static_cast<int>(w);
-        break;
-      }
-      case 'h':
-        fmt::print("{}", kUsage);
-        return kExitOk;
-      case kVersion:
-        fmt::print("fy-netlog 0.1.0\n");
-        return kExitOk;
-      case ':':
-        return usage_error(fmt::format("{} needs a value", argv[optind - 1]));
-      default:
-        return usage_error(fmt::format("unknown option '{}'", argv[optind - 1]));
+  using Refusal = ArgParser::Refusal;
+  ArgParser p;
+  p.stop("-h,--help")
+      .stop("--version")
+      .flag("-f,--follow", &a.follow)
+      .value("-n,--lines",
+             [&](const std::string& v) -> Refusal {
+               if (!parse_long_in(v, 0, 100000000, &a.lines))
+                 return fmt::format("bad --lines '{}': give a number of rows", v);
+               return std::nullopt;
+             })
+      .value("--host",
+             [&](const std::string& v) -> Refusal {
+               auto h = parse_host_pattern(v);
+               if (!h) return h.error().message;
+               a.filter.hosts.push_back(*h);
+               return std::nullopt;
+             })
+      .value("--status",
+             [&](const std::string& v) -> Refusal {
+               auto st = parse_status_spec(v);
+               if (!st) return st.error().message;
+               a.filter.statuses.insert(a.filter.statuses.end(), st->begin(), st->end());
+               return std::nullopt;
+             })
+      .flag("--json", &a.json)
+      .flag("--utc", &a.utc)
+      .value("--width",
+             [&](const std::string& v) -> Refusal {
+               long w;
+               if (!parse_long_in(v, kMinWidth, kMaxWidth, &w))
+                 return fmt::format("bad --width '{}': give {}..{} columns", v, kMinWidth,
+                                    kMaxWidth);
+               a.width = static_cast<int>(w);
+               return std::nullopt;
+             })
+      .value("--by",
+             [&](const std::string& v) -> Refusal {
+               if (v != "principal")
+                 return fmt::format("bad --by '{}': the one grouping is `--by principal`", v);
+               a.by_principal = true;
+               return std::nullopt;
+             })
+      .value("--engine", &a.engine);
+  for (const char* name : {"since", "until"}) {
+    std::optional<int64_t>& slot = name[0] == 's' ? a.filter.since_ms : a.filter.until_ms;
+    p.value(std::string("--") + name, [&slot, name, now_ms](const std::string& v) -> Refusal {
+      auto t = parse_time_spec(v, now_ms);
+      if (!t) return fmt::format("--{}: {}", name, t.error().message);
+      slot = *t;
+      return std::nullopt;
+    });
+  }
+  ParsedArgs parsed = p.parse(argc, argv);
+  if (parsed.stopped_at == "-h") {
+    fmt::print("{}", kUsage);
+    return kExitOk;
+  }
+  if (parsed.stopped_at == "--version") {
+    fmt::print("fy-netlog 0.1.0\n");
+    return kExitOk;
+  }
+  if (parsed.problem) {
+    const ArgProblem& e = *parsed.problem;
+    switch (e.kind) {
+      case ArgProblem::Kind::needs_value:
+        return usage_error(fmt::format("{} needs a value", e.option));
+      case ArgProblem::Kind::bad_value:
+        return usage_error(e.message);
+      case ArgProblem::Kind::no_value:
+        return usage_error(fmt::format("{} takes no value", e.option));
+      case ArgProblem::Kind::unknown:
+        return usage_error(fmt::format("unknown option '{}'", e.option));
     }
   }
-  for (int i = optind; i < argc; ++i) {
-    std::string arg = argv[i];
+  for (const std::string& arg : parsed.positional) {
     if (!a.view_given && a.path.empty() &&
         (arg == "summary" || arg == "rows" || arg == "refusals" || arg == "credentials")) {
       a.view = arg == "summary"    ? View::summary

@@ -730,10 +730,9 @@ void CredentialStore::mint_done(MintJob* job, const MintOutcome& out) {
         e.failure = out.reason;
         e.failed_until_ms = now + opts_.failure_memory_ms;
       }
-      uint64_t suppressed = 0;
-      if (g_mint_log.allow(mono_ms(), &suppressed))
-        log::warn("could not mint a credential for switch '{}' ({}): {}", e.rule.id, e.rule.host,
-                  out.reason);
+      log::limited(g_mint_log, log::Level::warn,
+                         "could not mint a credential for switch '{}' ({}): {}", e.rule.id,
+                         e.rule.host, out.reason);
     }
   }
   auto waiters = std::move(e.waiters);

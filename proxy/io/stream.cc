@@ -248,7 +248,8 @@ bool Stream::pump_tls() {
       std::string detail;
       long v = tls_server_ ? X509_V_OK : SSL_get_verify_result(ssl_);
       if (v != X509_V_OK) {
-        detail = std::string("verify: ") + X509_verify_cert_error_string(v);
+        verify_failure_ = TlsVerifyFailure{v, X509_verify_cert_error_string(v)};
+        detail = "verify: " + verify_failure_->reason;
       } else {
         detail = tls::last_error();
       }

@@ -20,6 +20,7 @@
 #include <uv.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -34,6 +35,14 @@ namespace fy::proxy {
 
 class Stream;
 
+// An origin's certificate that the proxy refused in the handshake, typed:
+// the X509 verify result and its text. Read it from Stream::verify_failure()
+// in on_error rather than matching the detail's text.
+struct TlsVerifyFailure {
+  long code = 0;       // X509_V_ERR_*
+  std::string reason;  // X509_verify_cert_error_string(code)
+};
+
 class StreamHandler {
  public:
   virtual ~StreamHandler() = default;
@@ -43,7 +52,10 @@ class StreamHandler {
   // The peer has finished sending (TCP FIN or TLS close_notify).
   virtual void on_eof(Stream& s) = 0;
   // A connect, read, write or TLS failure. `kind` is Errc::connect, reset,
-  // tls (with detail "verify: ..." for a certificate the proxy refused), io.
+  // tls, io. A certificate the proxy refused is Errc::tls with
+  // s.verify_failure() set; its detail still reads "verify: <reason>" for the
+  // one caller (connection.cc) that matches that text until it reads the
+  // typed failure, after which the prefix goes.
   virtual void on_error(Stream& s, Errc kind, const std::string& detail) = 0;
   // Client role: connected (and TLS established when set). Server role: TLS
   // established after start_tls_server().
@@ -119,6 +131,9 @@ class Stream {
   // The fd, for socket options (SO_LINGER, TCP_NODELAY).
   int fd() const;
 
+  // Set when the origin handshake failed on the certificate (client role).
+  const std::optional<TlsVerifyFailure>& verify_failure() const { return verify_failure_; }
+
   uint64_t bytes_in() const { return bytes_in_; }
   uint64_t bytes_out() const { return bytes_out_; }
 
@@ -179,6 +194,7 @@ class Stream {
   std::string backlog_;  // plaintext written before the handshake completed
   bool tls_server_ = false;
   bool tls_done_ = false;
+  std::optional<TlsVerifyFailure> verify_failure_;
 
   uint64_t bytes_in_ = 0;
   uint64_t bytes_out_ = 0;

@@ -359,40 +359,35 @@ Error open_error(const std::string& path, int e) {
 
 }  // namespace
 
-Follower::~Follower() {
-  if (fd_ >= 0) ::close(fd_);
-}
-
 Result<void> Follower::read_whole(const LogFile& f, ReadStats& stats, const RowFn& fn) {
-  int fd = ::open(f.path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
+  Fd fd(::open(f.path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) {
     if (errno == ENOENT) return ok();  // pruned by the writer since it was listed
     return open_error(f.path, errno);
   }
   LineParser parser(f.path, raw_);
   stats.files.push_back(f.path);
-  auto r = read_to_end(fd, f.path, parser, stats, fn);
-  ::close(fd);
+  auto r = read_to_end(fd.get(), f.path, parser, stats, fn);
   if (!r) return std::move(r).take_error();
   parser.finish(stats);
   return ok();
 }
 
 Result<void> Follower::drain(ReadStats& stats, const RowFn& fn) {
-  auto n = read_to_end(fd_, path_, *parser_, stats, fn);
+  auto n = read_to_end(fd_.get(), path_, *parser_, stats, fn);
   if (!n) return std::move(n).take_error();
   offset_ += *n;
   return ok();
 }
 
 Result<void> Follower::poll(ReadStats& stats, const RowFn& fn) {
-  if (fd_ >= 0) {
+  if (fd_) {
     struct stat st;
     bool same = ::stat(path_.c_str(), &st) == 0 && st.st_dev == dev_ && st.st_ino == ino_;
     if (same) {
       if (static_cast<uint64_t>(st.st_size) < offset_) {
         // Truncated in place: start again from its beginning.
-        if (::lseek(fd_, 0, SEEK_SET) == 0) {
+        if (::lseek(fd_.get(), 0, SEEK_SET) == 0) {
           offset_ = 0;
           parser_->reset();
         }
@@ -403,30 +398,25 @@ Result<void> Follower::poll(ReadStats& stats, const RowFn& fn) {
     // complete; read its end, then what came after it.
     auto r = drain(stats, fn);
     parser_->finish(stats);
-    ::close(fd_);
-    fd_ = -1;
+    fd_.reset();
     behind_ = std::make_pair(dev_, ino_);
     if (!r) return r;
   }
 
   // Open the current file before listing backups: if it is rotated while we
   // read the backups, the next poll sees that by its inode.
-  int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  Fd fd(::open(path_.c_str(), O_RDONLY | O_CLOEXEC));
   int open_errno = errno;
   struct stat st {};
-  if (fd >= 0 && ::fstat(fd, &st) != 0) {
+  if (fd && ::fstat(fd.get(), &st) != 0) {
     open_errno = errno;
-    ::close(fd);
-    fd = -1;
+    fd.reset();
   }
-  if (fd < 0 && open_errno != ENOENT && open_errno != ENOTDIR) return open_error(path_, open_errno);
+  if (!fd && open_errno != ENOENT && open_errno != ENOTDIR) return open_error(path_, open_errno);
 
   if (!started_ || behind_) {
     auto files = list_log_files(path_);
-    if (!files && files.error().code != Errc::not_found) {
-      if (fd >= 0) ::close(fd);
-      return std::move(files).take_error();
-    }
+    if (!files && files.error().code != Errc::not_found) return std::move(files).take_error();
     if (files) {
       // Backups to read: all of them on the first poll; after a rotation,
       // those after the file we finished (none if it is gone: pruned or
@@ -440,23 +430,20 @@ Result<void> Follower::poll(ReadStats& stats, const RowFn& fn) {
       for (size_t i = from; i < files->size(); ++i) {
         const LogFile& f = (*files)[i];
         if (f.current) break;
-        if (fd >= 0 && f.dev == st.st_dev && f.ino == st.st_ino) break;  // rotated just now
+        if (fd && f.dev == st.st_dev && f.ino == st.st_ino) break;  // rotated just now
         auto r = read_whole(f, stats, fn);
-        if (!r) {
-          if (fd >= 0) ::close(fd);
-          return r;
-        }
+        if (!r) return r;
         behind_ = std::make_pair(f.dev, f.ino);
       }
     }
-    if (!started_ && fd < 0 && !files) {
+    if (!started_ && !fd && !files) {
       return make_error(Errc::not_found, "no Network Log at {}", path_);
     }
     started_ = true;
   }
-  if (fd < 0) return ok();  // rotated and not recreated yet: the next poll opens it
+  if (!fd) return ok();  // rotated and not recreated yet: the next poll opens it
 
-  fd_ = fd;
+  fd_ = std::move(fd);
   dev_ = st.st_dev;
   ino_ = st.st_ino;
   offset_ = 0;

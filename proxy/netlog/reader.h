@@ -20,6 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/fd.h"
 #include "core/result.h"
 #include "proxy/netlog/row.h"
 
@@ -125,7 +126,6 @@ class Follower {
   // `raw`: lines are handed over unparsed (LineParser's `raw`); fy-netlog
   // --follow reads engine.jsonl so.
   explicit Follower(std::string path, bool raw = false) : path_(std::move(path)), raw_(raw) {}
-  ~Follower();
   Follower(const Follower&) = delete;
   Follower& operator=(const Follower&) = delete;
 
@@ -143,7 +143,7 @@ class Follower {
   std::string path_;
   bool raw_ = false;
   bool started_ = false;
-  int fd_ = -1;  // the current file as last opened; kept open across a rename
+  Fd fd_;  // the current file as last opened; kept open across a rename
   dev_t dev_ = 0;
   ino_t ino_ = 0;
   uint64_t offset_ = 0;

@@ -40,7 +40,7 @@ struct Row {
   uint64_t bytes_up = 0;    // bytes from the client (heads and bodies, after TLS)
   uint64_t bytes_down = 0;  // bytes to the client
   int64_t duration_ms = -1;
-  std::string error;  // upstream failure "<kind>: <detail>"; kinds in docs/netlog.md
+  std::string error;  // a failure, "<kind>: <detail>"; the kinds: error_kind.h
 
   Attribution attribution = Attribution::none;
   std::string src, net, who, boot;  // the stamp's fields when attributed

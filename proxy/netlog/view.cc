@@ -8,6 +8,7 @@
 
 #include "core/clock.h"
 #include "core/text.h"
+#include "proxy/netlog/error_kind.h"
 
 namespace fy::netlog {
 namespace {
@@ -152,8 +153,13 @@ std::string hms(const tm& t) {
   return fmt::format("{:02}:{:02}:{:02}", t.tm_hour, t.tm_min, t.tm_sec);
 }
 
-// The error kind of an upstream failure row: "dns" from "dns: NXDOMAIN".
+// The error kind of a failure row, for its flags: "dns" from "dns: NXDOMAIN"
+// (the kinds: error_kind.h), "client" for a client-side failure. An error
+// that names no kind of the table (a row of another writer) shows its first
+// word, at most 12 characters.
 std::string_view error_kind(std::string_view e) {
+  if (e.starts_with(kClientPrefix)) return "client";
+  if (auto k = parse_error_kind(e)) return error_kind_name(*k);
   size_t colon = e.find(':');
   return e.substr(0, std::min<size_t>(colon == std::string_view::npos ? e.size() : colon, 12));
 }

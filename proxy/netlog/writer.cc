@@ -69,7 +69,6 @@ Writer::Writer(WriterOptions opts) : opts_(std::move(opts)) {}
 
 Writer::~Writer() {
   flush();
-  if (fd_ >= 0) ::close(fd_);
 }
 
 void Writer::append(const Row& row) {
@@ -91,23 +90,20 @@ void Writer::append_line(std::string_view line) {
 }
 
 bool Writer::open_file() {
-  if (fd_ >= 0) return true;
+  if (fd_) return true;
   mkdirs(dir_of(opts_.path));
-  fd_ = ::open(opts_.path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-  if (fd_ < 0) {
+  fd_.reset(::open(opts_.path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
+  if (!fd_) {
     last_error_ = "cannot open " + opts_.path + ": " + strerror(errno);
     return false;
   }
   struct stat st;
-  size_ = (::fstat(fd_, &st) == 0) ? static_cast<uint64_t>(st.st_size) : 0;
+  size_ = (::fstat(fd_.get(), &st) == 0) ? static_cast<uint64_t>(st.st_size) : 0;
   return true;
 }
 
 void Writer::rotate() {
-  if (fd_ >= 0) {
-    ::close(fd_);
-    fd_ = -1;
-  }
+  fd_.reset();
   auto [stem, ext] = split_ext(base_of(opts_.path));
   std::string dir = dir_of(opts_.path);
 
@@ -161,16 +157,13 @@ void Writer::rotate() {
 void Writer::flush() {
   if (buf_.empty()) return;
   uint64_t now = mono_ms();
-  if (fd_ >= 0 && now - last_link_check_ms_ >= 1000) {
+  if (fd_ && now - last_link_check_ms_ >= 1000) {
     // Unlinked under us (the log or its directory removed): writing on would
     // lose every row without an error. Reopen, which recreates the path.
     // Checked at most once a second: rows of that second go to the old file.
     last_link_check_ms_ = now;
     struct stat st;
-    if (::fstat(fd_, &st) == 0 && st.st_nlink == 0) {
-      ::close(fd_);
-      fd_ = -1;
-    }
+    if (::fstat(fd_.get(), &st) == 0 && st.st_nlink == 0) fd_.reset();
   }
   bool ok = open_file();
   if (ok && size_ > 0 && size_ + buf_.size() > opts_.max_bytes) {
@@ -180,7 +173,7 @@ void Writer::flush() {
   const uint64_t start_size = size_;
   size_t off = 0;
   while (ok && off < buf_.size()) {
-    ssize_t n = ::write(fd_, buf_.data() + off, buf_.size() - off);
+    ssize_t n = ::write(fd_.get(), buf_.data() + off, buf_.size() - off);
     if (n < 0) {
       if (errno == EINTR) continue;
       last_error_ = "cannot write " + opts_.path + ": " + strerror(errno);
@@ -199,12 +192,9 @@ void Writer::flush() {
     stats_.rows_dropped += buf_rows_;
     // Take back a partial write, so no torn row is left for the next rows to
     // be appended to (shrinking needs no space).
-    if (fd_ >= 0 && size_ > start_size && ::ftruncate(fd_, static_cast<off_t>(start_size)) == 0)
+    if (fd_ && size_ > start_size && ::ftruncate(fd_.get(), static_cast<off_t>(start_size)) == 0)
       size_ = start_size;
-    if (fd_ >= 0) {
-      ::close(fd_);
-      fd_ = -1;
-    }
+    fd_.reset();
     uint64_t now = mono_ms();
     if (last_report_ms_ == 0 || now - last_report_ms_ >= 60000) {
       last_report_ms_ = now;

@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/fd.h"
 #include "proxy/netlog/row.h"
 
 namespace fy::netlog {
@@ -58,7 +59,7 @@ class Writer {
   WriterStats stats_;
   std::string buf_;
   size_t buf_rows_ = 0;
-  int fd_ = -1;
+  Fd fd_;
   uint64_t size_ = 0;
   std::string last_error_;
   uint64_t last_report_ms_ = 0;

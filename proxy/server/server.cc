@@ -444,18 +444,16 @@ void Server::on_connection(uv_stream_t* l) {
 void Server::accept_failed(const char* which, int status) {
   ++metrics_.accept_failures;
   static log::RateLimit limit(1, 10'000);
-  uint64_t suppressed = 0;
-  if (!limit.allow(mono_ms(), &suppressed)) return;
   bool fds = status == UV_EMFILE || status == UV_ENFILE;
-  log::warn(
-      "{} listener: accepting a client failed ({}){}; not accepting for {} ms, then "
-      "retrying ({} more since the last line)",
+  log::limited(
+      limit, log::Level::warn,
+      "{} listener: accepting a client failed ({}){}; not accepting for {} ms, then retrying",
       which, uv::error_string(status),
       fds ? fmt::format(": out of file descriptors (open-file limit {}, {} clients open); "
                         "raise LimitNOFILE / ulimit -n or lower --max-connections",
                         nofile_, open_)
           : std::string(),
-      listener_ ? listener_->pause_ms() : 100, suppressed);
+      listener_ ? listener_->pause_ms() : 100);
 }
 
 void Server::refuse_over_limit(uv_stream_t* l) {
@@ -482,10 +480,8 @@ void Server::refuse_over_limit(uv_stream_t* l) {
     uv_try_write(reinterpret_cast<uv_stream_t*>(&r->tcp), &b, 1);
   }
   static log::RateLimit limit(1, 10'000);
-  uint64_t suppressed = 0;
-  if (limit.allow(mono_ms(), &suppressed))
-    log::warn("connection limit {} reached: answering 503 ({} more since the last line)",
-              max_connections_, suppressed);
+  log::limited(limit, log::Level::warn, "connection limit {} reached: answering 503",
+                     max_connections_);
   uv_close(reinterpret_cast<uv_handle_t*>(&r->tcp),
            [](uv_handle_t* h) { delete static_cast<Refused*>(h->data); });
 }

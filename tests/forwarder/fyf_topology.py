@@ -45,21 +45,14 @@ import subprocess
 import tempfile
 import time
 
+from fyproc import alive as _alive, sh  # noqa: F401  (the tests use fyf_topology.sh)
+
 GATEWAY = "192.168.5.2"      # the host as the VM sees it (Lima's default)
 VM_ADDR = "192.168.5.15"
 ORIGIN = "198.51.100.80"     # an "internet" host in the host namespace
 PROXY_PORT = 42600
 TOKEN_PORT = 42700           # a token-service port: forwarded, not stamped
 VM_LISTEN = "127.42.0.1"
-
-
-def sh(*args, check=True, timeout=30, **kw):
-    """Runs a command (argv), returns CompletedProcess; raises with its output on failure."""
-    r = subprocess.run(list(args), capture_output=True, text=True, timeout=timeout, **kw)
-    if check and r.returncode != 0:
-        raise RuntimeError("command failed (%d): %s\n%s%s" % (r.returncode, " ".join(args),
-                                                              r.stdout, r.stderr))
-    return r
 
 
 def build_dir():
@@ -79,15 +72,6 @@ def _die_with_parent():
     # A test runner killed by its timeout takes what it started with it.
     import ctypes
     ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-
-
-def _alive(pid):
-    """True for a running process; a zombie (killed, not yet reaped) is dead."""
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def clean_leftovers(tag):

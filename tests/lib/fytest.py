@@ -52,10 +52,25 @@ def binary(name):
     return path
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+class RefusingPort:
+    """A port on 127.0.0.1 that refuses every connection for as long as this
+    object lives: bound and never listening, so the kernel answers a SYN with
+    RST, and held, so no other process can take the port meanwhile (the race
+    of binding, closing and handing over the number). Close it when done."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+
+    def close(self):
+        self.sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
 
 def wait_until(pred, timeout=10.0, interval=0.02, what="condition"):

@@ -524,6 +524,8 @@ class NetlogTest(unittest.TestCase):
         self.assertIn("no Network Log at " + missing, err)
         self.assertIn("is fy-proxy running with --netlog", err)
         for args, needle in [(["--bogus"], "unknown option '--bogus'"),
+                             (["--fol"], "unknown option '--fol'"),  # no abbreviations
+                             (["--json=1"], "--json takes no value"),
                              (["--status", "9xx9"], "bad status '9xx9'"),
                              (["--host", "a/b"], "bad host pattern 'a/b'"),
                              (["--since", "yesterday"], "bad time 'yesterday'"),

@@ -4,9 +4,14 @@
 #include <doctest/doctest.h>
 
 #include <nlohmann/json.hpp>
+#include <fmt/format.h>
+
+#include <fstream>
 #include <random>
+#include <sstream>
 
 #include "core/clock.h"
+#include "proxy/netlog/error_kind.h"
 #include "proxy/netlog/view.h"
 #include "tests/netlog/helpers.h"
 
@@ -226,4 +231,41 @@ TEST_CASE("the summary table and its JSON agree") {
   CHECK(j["hosts"][0]["bytes_down"] == 3 * 1024 * 1024);
   CHECK(j["hosts"][0]["last_seen"] == "2026-11-29T21:29:00.000Z");
   CHECK(j["hosts"][1]["blocked"] == 1);
+}
+
+TEST_CASE("error kinds: docs/netlog.md lists the table's kinds, in its order, with its meanings") {
+  std::ifstream f(std::string(FY_SOURCE_ROOT) + "/docs/netlog.md");
+  REQUIRE(f);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  std::string doc = ss.str();
+  size_t at = doc.find("### Error kinds");
+  REQUIRE(at != std::string::npos);
+  size_t head = doc.find("| kind | means |", at);
+  REQUIRE(head != std::string::npos);
+  std::istringstream lines(doc.substr(head));
+  std::string line;
+  std::getline(lines, line);  // | kind | means |
+  std::getline(lines, line);  // |---|---|
+  for (const ErrorKindRow& r : kErrorKinds) {
+    REQUIRE(std::getline(lines, line));
+    CHECK(line == fmt::format("| `{}` | {} |", r.name, r.means));
+  }
+  REQUIRE(std::getline(lines, line));
+  CHECK(line.empty());  // no kind on the page that the table lacks
+}
+
+TEST_CASE("error kinds: names, Errc mapping, text and parsing") {
+  CHECK(error_kind_name(ErrorKind::tls_verify) == "tls_verify");
+  CHECK(error_kind_of(Errc::parse) == ErrorKind::protocol);
+  CHECK(error_kind_of(Errc::dns) == ErrorKind::dns);
+  CHECK(error_kind_of(Errc::permission) == ErrorKind::io);
+  CHECK(error_text(ErrorKind::timeout, "the response stalled") == "timeout: the response stalled");
+  for (const ErrorKindRow& r : kErrorKinds) {
+    CHECK(parse_error_kind(error_text(r.kind, "x")) == r.kind);
+    CHECK(parse_error_kind("client: " + error_text(r.kind, "x")) == r.kind);
+  }
+  CHECK_FALSE(parse_error_kind("client: the request head did not arrive in time"));
+  CHECK_FALSE(parse_error_kind("dnsx: y"));
+  CHECK_FALSE(parse_error_kind(""));
 }

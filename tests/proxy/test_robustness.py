@@ -12,8 +12,8 @@ import textwrap
 import time
 import unittest
 
-from fytest import (EchoOrigin, Origin, Proxy, binary, curl, free_port, http_status, raw_exchange,
-                    wait_until)
+from fytest import (EchoOrigin, Origin, Proxy, RefusingPort, binary, curl, http_status,
+                    raw_exchange, wait_until)
 
 
 def with_nofile(proxy, n):
@@ -189,7 +189,8 @@ class BadUpstreams(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.origin = Origin().__enter__()
-        cls.dead = free_port()
+        cls.refusing = RefusingPort()
+        cls.dead = cls.refusing.port
         o = cls.origin.port
         cls.proxy = Proxy(
             f'mode = "enforce"\nallow = ["origin.test:{o}", "dead.test:{cls.dead}", "nxdomain.invalid"]\n',
@@ -201,6 +202,7 @@ class BadUpstreams(unittest.TestCase):
     def tearDownClass(cls):
         cls.proxy.__exit__(None, None, None)
         cls.origin.__exit__(None, None, None)
+        cls.refusing.close()
 
     def check_failure(self, url, status, kind, text):
         t0 = time.monotonic()
@@ -418,16 +420,25 @@ class Limits(unittest.TestCase):
         #include <dlfcn.h>
         #include <errno.h>
         #include <netinet/in.h>
+        #include <stdio.h>
         #include <stdlib.h>
         #include <sys/socket.h>
         #include <unistd.h>
 
         static int failing(int fd) {
           const char* flag = getenv("FYTEST_EMFILE_FLAG");
-          const char* port = getenv("FYTEST_EMFILE_PORT");
+          const char* port_file = getenv("FYTEST_EMFILE_PORT_FILE");
           struct sockaddr_in a;
           socklen_t len = sizeof a;
-          if (!flag || !port || access(flag, F_OK) != 0) return 0;
+          char port[16] = {0};
+          if (!flag || !port_file || access(flag, F_OK) != 0) return 0;
+          /* The proxy's own --port-file: it listens on port 0, so no port
+             number is chosen before it binds. */
+          FILE* f = fopen(port_file, "r");
+          if (!f) return 0;
+          size_t n = fread(port, 1, sizeof port - 1, f);
+          fclose(f);
+          port[n] = 0;
           if (getsockname(fd, (struct sockaddr*)&a, &len) != 0 || a.sin_family != AF_INET) return 0;
           return ntohs(a.sin_port) == atoi(port);
         }
@@ -453,13 +464,17 @@ class Limits(unittest.TestCase):
             with open(src, "w") as f:
                 f.write(self.ACCEPT_SHIM)
             subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", shim, src, "-ldl"], check=True)
-            port = free_port()
-            env = dict(os.environ, LD_PRELOAD=shim, FYTEST_EMFILE_FLAG=flag, FYTEST_EMFILE_PORT=str(port))
+            port_file = os.path.join(tmp, "proxy", "port")
+            os.mkdir(os.path.dirname(port_file))
+            env = dict(os.environ, LD_PRELOAD=shim, FYTEST_EMFILE_FLAG=flag,
+                       FYTEST_EMFILE_PORT_FILE=port_file)
             # An ASan build wants its runtime first; the shim only interposes accept4.
             env["ASAN_OPTIONS"] = ":".join(filter(None, [os.environ.get("ASAN_OPTIONS"),
                                                         "verify_asan_link_order=0"]))
             with Origin() as o, Proxy(f'mode = "enforce"\nallow = ["127.0.0.1:{o.port}"]\n',
-                                      args=["--listen", f"127.0.0.1:{port}"], env=env) as p:
+                                      tmp=os.path.dirname(port_file), env=env) as p:
+                self.assertEqual(p.port_file, port_file)
+                port = p.port
                 url = f"http://127.0.0.1:{o.port}"
                 get = f"GET {url}/waited{{}} HTTP/1.1\r\nHost: 127.0.0.1:{o.port}\r\nConnection: close\r\n\r\n"
                 self.assertIn(b"/before", curl(url + "/before", proxy=p.url, check=True).stdout)

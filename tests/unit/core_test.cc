@@ -1,5 +1,6 @@
 // Unit tests for libfycore.
 #include <doctest/doctest.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include <cstdio>
@@ -8,11 +9,15 @@
 
 #include <string>
 
+#include "core/args.h"
 #include "core/buffer.h"
 #include "core/config.h"
 #include "core/crypto.h"
+#include "core/fd.h"
 #include "core/json.h"
+#include "core/log.h"
 #include "core/net.h"
+#include "core/nft.h"
 #include "core/paths.h"
 #include "core/stamp.h"
 #include "core/text.h"
@@ -282,4 +287,184 @@ TEST_CASE("parse_long_in takes digits only, within the range") {
   CHECK_FALSE(fy::parse_long_in("", 0, 200, &v));
   CHECK_FALSE(fy::parse_long_in("99999999999999999999999", 0, 200, &v));
   CHECK(v == 100);
+}
+
+TEST_CASE("Fd closes what it owns once, moves, releases and resets") {
+  auto is_open = [](int fd) { return ::fcntl(fd, F_GETFD) != -1; };
+  int raw = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  REQUIRE(raw >= 0);
+  {
+    fy::Fd a(raw);
+    CHECK(a);
+    CHECK(a.get() == raw);
+    fy::Fd b(std::move(a));
+    CHECK_FALSE(a);  // NOLINT(bugprone-use-after-move): the contract is -1
+    CHECK(a.get() == -1);
+    CHECK(b.get() == raw);
+    fy::Fd c;
+    c = std::move(b);
+    CHECK(c.get() == raw);
+    CHECK(is_open(raw));
+  }
+  CHECK_FALSE(is_open(raw));  // closed by the last owner, and only by it
+
+  int r1 = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  int r2 = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  REQUIRE(r1 >= 0);
+  REQUIRE(r2 >= 0);
+  fy::Fd f(r1);
+  f.reset(r2);  // closes r1, takes r2
+  CHECK_FALSE(is_open(r1));
+  CHECK(f.get() == r2);
+  int out = f.release();
+  CHECK(out == r2);
+  CHECK_FALSE(f);
+  f.reset();  // owns nothing: closes nothing
+  CHECK(is_open(r2));
+  ::close(r2);
+}
+
+TEST_CASE("nft::condense keeps each distinct error of nft's buffer, in order") {
+  const char* buf =
+      "/dev/stdin:3:5-9: Error: syntax error, unexpected junk\n"
+      "    junk\n"
+      "    ^^^^\n"
+      "/dev/stdin:4:1-3: Error: No such file or directory\n"
+      "add rule\n"
+      "^^^\n"
+      "/dev/stdin:7:5-9: Error: syntax error, unexpected junk\n";
+  CHECK(fy::nft::condense(buf) ==
+        "syntax error, unexpected junk; No such file or directory");
+  CHECK(fy::nft::condense("no error lines here\n").empty());
+  CHECK(fy::nft::not_permitted("netlink: Error: Operation not permitted"));
+  CHECK_FALSE(fy::nft::not_permitted("Error: Could not process rule: No such file or directory"));
+}
+
+namespace {
+
+fy::ParsedArgs parse_words(const fy::ArgParser& p, std::vector<const char*> words) {
+  words.insert(words.begin(), "prog");
+  return p.parse(static_cast<int>(words.size()), words.data());
+}
+
+}  // namespace
+
+TEST_CASE("ArgParser: long, =, short, grouped, --, positionals, in order") {
+  bool follow = false, json = false;
+  std::string lines, host;
+  fy::ArgParser p;
+  p.flag("-f,--follow", &follow)
+      .flag("--json", &json)
+      .value("-n,--lines", &lines)
+      .value("--host", &host)
+      .stop("-h,--help");
+
+  auto r = parse_words(p, {"rows", "--lines", "-1", "--host=a.b", "-f", "dir", "--", "--json"});
+  REQUIRE(r.ok());
+  CHECK(follow);
+  CHECK_FALSE(json);  // after --: a positional
+  CHECK(lines == "-1");  // a value is the next word whatever it looks like
+  CHECK(host == "a.b");
+  CHECK(r.positional == std::vector<std::string>{"rows", "dir", "--json"});
+
+  follow = false;
+  r = parse_words(p, {"-fn5", "-"});
+  REQUIRE(r.ok());
+  CHECK(follow);
+  CHECK(lines == "5");
+  CHECK(r.positional == std::vector<std::string>{"-"});
+
+  r = parse_words(p, {"-n", "7", "--help", "--bogus"});
+  REQUIRE(r.ok());
+  CHECK(r.stopped_at == "-h");  // the first name, however it was typed
+  CHECK(lines == "7");
+}
+
+TEST_CASE("ArgParser: each problem, the first one ending the parse") {
+  using Kind = fy::ArgProblem::Kind;
+  bool check = false;
+  std::string ports;
+  fy::ArgParser p;
+  p.flag("--check", &check)
+      .value("--ports", &ports, "a list")
+      .value("--n",
+             [](const std::string& v) -> fy::ArgParser::Refusal {
+               if (v == "x") return "not a number";
+               return std::nullopt;
+             })
+      .stop("--help");
+
+  auto r = parse_words(p, {"--prots", "1", "--help"});
+  REQUIRE(r.problem);
+  CHECK(r.problem->kind == Kind::unknown);
+  CHECK(r.problem->option == "--prots");
+  CHECK_FALSE(r.stopped_at);
+
+  r = parse_words(p, {"--fol"});  // no abbreviations
+  REQUIRE(r.problem);
+  CHECK(r.problem->kind == Kind::unknown);
+
+  r = parse_words(p, {"--check", "--ports"});
+  REQUIRE(r.problem);
+  CHECK(r.problem->kind == Kind::needs_value);
+  CHECK(r.problem->option == "--ports");
+  CHECK(r.problem->message == "a list");
+
+  r = parse_words(p, {"--check=yes"});
+  REQUIRE(r.problem);
+  CHECK(r.problem->kind == Kind::no_value);
+  CHECK(r.problem->option == "--check");
+
+  r = parse_words(p, {"--n=x"});
+  REQUIRE(r.problem);
+  CHECK(r.problem->kind == Kind::bad_value);
+  CHECK(r.problem->message == "not a number");
+
+  r = parse_words(p, {"-z"});
+  REQUIRE(r.problem);
+  CHECK(r.problem->option == "-z");
+
+  fy::ArgParser strict;
+  strict.reject_positionals().stop("--help");
+  r = parse_words(strict, {"extra", "--help"});
+  REQUIRE(r.problem);
+  CHECK(r.problem->kind == Kind::unknown);
+  CHECK(r.problem->option == "extra");
+}
+
+TEST_CASE("ArgParser: any_long takes every undeclared --name with its value") {
+  std::vector<std::pair<std::string, std::string>> got;
+  fy::ArgParser p;
+  p.flag("--print-state-dir", [] { return fy::ArgParser::Refusal(); })
+      .any_long([&](std::string_view k, const std::string& v) -> fy::ArgParser::Refusal {
+        if (k == "frobnicate") return "unknown option --frobnicate";
+        got.emplace_back(k, v);
+        return std::nullopt;
+      });
+  auto r = parse_words(p, {"--listen", "127.0.0.1:0", "--state-dir=/x", "--print-state-dir"});
+  REQUIRE(r.ok());
+  CHECK(got == std::vector<std::pair<std::string, std::string>>{{"listen", "127.0.0.1:0"},
+                                                               {"state-dir", "/x"}});
+  r = parse_words(p, {"--frobnicate", "1"});
+  REQUIRE(r.problem);
+  CHECK(r.problem->kind == fy::ArgProblem::Kind::bad_value);
+  CHECK(r.problem->message == "unknown option --frobnicate");
+  r = parse_words(p, {"--listen"});
+  REQUIRE(r.problem);
+  CHECK(r.problem->kind == fy::ArgProblem::Kind::needs_value);
+}
+
+TEST_CASE("log helpers: the rate-limited line, its suffix, the connection id") {
+  CHECK(fy::log::suppressed_suffix(0).empty());
+  CHECK(fy::log::suppressed_suffix(3) == " (3 similar lines suppressed)");
+  CHECK(fmt::format("{} CONNECT x", fy::log::ConnId{42}) == "c42 CONNECT x");
+
+  fy::log::init("core_tests", fy::log::Level::warn);
+  fy::log::RateLimit limit(1, 3'600'000);  // one line an hour: the rest of this test is dropped
+  CHECK_FALSE(fy::log::limited(limit, fy::log::Level::info, "below the level: {}", 1));
+  CHECK(fy::log::limited(limit, fy::log::Level::warn, "core_tests: the one line {}", 1));
+  CHECK_FALSE(fy::log::limited(limit, fy::log::Level::warn, "dropped {}", 2));
+  CHECK_FALSE(fy::log::allow_noting(limit, "dropped"));
+  uint64_t suppressed = 0;
+  CHECK_FALSE(limit.allow(fy::mono_ms(), &suppressed));
 }

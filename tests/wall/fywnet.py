@@ -78,27 +78,9 @@ for _sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
     signal.signal(_sig, _on_signal)
 import atexit  # noqa: E402
 
+from fyproc import alive as _alive, remove_cgroup_tree, sh  # noqa: E402,F401  (tests use fywnet.sh)
+
 atexit.register(cleanup)
-
-
-def sh(*cmd, check=True, timeout=30, input=None, env=None):
-    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True,
-                       timeout=timeout, input=input,
-                       env=None if env is None else {**os.environ, **env})
-    if check and r.returncode != 0:
-        raise RuntimeError(f"{' '.join(map(str, cmd))} failed ({r.returncode}): "
-                           f"{r.stderr.strip()} {r.stdout.strip()}")
-    return r
-
-
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
 
 
 def sweep_stale():
@@ -113,14 +95,6 @@ def sweep_stale():
         m = re.match(r"fyw-(\d+)-", name)
         if m and not _alive(int(m.group(1))):
             remove_cgroup_tree(os.path.join(root, name))
-
-
-def remove_cgroup_tree(path):
-    for dirpath, _dirs, _files in sorted(os.walk(path), key=lambda t: -len(t[0])):
-        try:
-            os.rmdir(dirpath)
-        except OSError:
-            pass
 
 
 def set_nf_log_all_netns():

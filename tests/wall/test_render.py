@@ -387,6 +387,7 @@ class Refusals(unittest.TestCase):
         self.refuse(2, ["apply", "wall"], "unknown wall 'wall' — machine|guard|host")
         self.refuse(2, ["apply", "machine", "--prots", "1"], "unknown option '--prots'")
         self.refuse(2, ["apply", "machine", "--ports"], "--ports needs a value")
+        self.refuse(2, ["apply", "machine", "--check=yes"], "unknown option '--check'")
         self.refuse(2, ["render", "machine", "--check"], "--check goes with apply")
         self.refuse(2, ["render", "machine", "extra"], "unexpected argument 'extra'")
 
