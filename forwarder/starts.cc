@@ -13,7 +13,7 @@
 
 #include "core/text.h"
 #include "forwarder/attrib.h"
-#include "forwarder/fd.h"
+#include "core/fd.h"
 #include "forwarder/netns.h"
 
 namespace fy::fwd {
@@ -52,7 +52,7 @@ bool parse_start_line(std::string_view line, std::string* id, pid_t* pid) {
 Result<size_t> Starts::record(std::string_view id, pid_t pid) {
   if (!valid_id(id)) return make_error(Errc::invalid_argument, "the id is not 12..64 hex digits");
   std::string path = "/proc/" + std::to_string(pid) + "/ns/net";
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd) return make_error(Errc::not_found, "cannot open {}: {}", path, std::strerror(errno));
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0)
