@@ -127,8 +127,11 @@ def rds(src, host, port):
         s.bind((src, 0))
     except OSError as e:
         finish("error", "bind", e.errno)
+    alarm(4)
     try:
-        s.sendto(b"fy-rds-exfil", (host, port))
+        s.sendto(b"fy-rds-exfil", socket.MSG_DONTWAIT, (host, port))
+    except InterruptedError:
+        finish("timeout", "sendto")
     except OSError as e:
         finish("error", "sendto", e.errno)
     time.sleep(1.5)  # rds_tcp connects from its kernel socket meanwhile
