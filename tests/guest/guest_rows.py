@@ -164,6 +164,21 @@ def main():
     OUT["modules_after"] = loaded()
     OUT["vsock_after"] = vsock_probes()
     OUT["novsock_status"] = run("/usr/local/bin/fy-novsock", "status").stdout.strip()
+    # Re-applied with uid 4343 added: the attached program's ranges change in
+    # place; then as provisioned again; then removed, and applied once more.
+    nv = "/usr/local/bin/fy-novsock"
+    wide = run(nv, "apply", "--uids", f"{U},{n.SUBUID_START}-{n.SUBUID_START + n.SUBUID_COUNT - 1},{OTHER}")
+    OUT["novsock_reapply"] = {"rc": wide.returncode, "stdout": wide.stdout.strip(),
+                              "other": exotic(OTHER, "vsock", 1, VSOCK_PORT),
+                              "status": run(nv, "status").stdout.strip()}
+    narrow = run(nv, "apply", "--uids", f"{U},{n.SUBUID_START}-{n.SUBUID_START + n.SUBUID_COUNT - 1}")
+    OUT["novsock_reapply"]["back"] = {"rc": narrow.returncode,
+                                      "other": exotic(OTHER, "vsock", 1, VSOCK_PORT)}
+    gone = run(nv, "remove")
+    OUT["novsock_removed"] = {"rc": gone.returncode, "walled": exotic(U, "vsock", 1, VSOCK_PORT),
+                              "status_rc": run(nv, "status").returncode}
+    again = run(nv, "apply", "--uids", f"{U},{n.SUBUID_START}-{n.SUBUID_START + n.SUBUID_COUNT - 1}")
+    OUT["novsock_again"] = {"rc": again.returncode, "walled": exotic(U, "vsock", 1, VSOCK_PORT)}
 
     # 4. The families' control: the file gone, the same calls.
     os.unlink("/etc/modprobe.d/fy-wall-families.conf")

@@ -238,6 +238,22 @@ class GuestWall(unittest.TestCase):
         self.assertEqual((a["outcome"], a.get("reply")), ("ok", "root-vsock-listener"), a)
         self.assertRegex(R["novsock_status"], r"refused to uids 4242,100000-165535; refused [1-9]")
 
+    def test_novsock_reapply_and_remove(self):
+        """`fy-novsock apply` on an attached program rewrites its ranges in
+        place (uid 4343 added: refused; taken out again: allowed); `remove`
+        detaches it (the walled uid reaches the listener, `status` exits 1);
+        applying again closes it again."""
+        r = R["novsock_reapply"]
+        self.assertEqual(r["rc"], 0, r)
+        self.assertIn("ranges updated", r["stdout"])
+        self.assertEqual(r["other"]["errno"], "EPERM", r)
+        self.assertIn("refused to uids 4242,100000-165535,4343;", r["status"])
+        self.assertEqual((r["back"]["rc"], r["back"]["other"]["outcome"]), (0, "ok"), r)
+        g = R["novsock_removed"]
+        self.assertEqual((g["rc"], g["walled"]["outcome"], g["status_rc"]), (0, "ok", 1), g)
+        a = R["novsock_again"]
+        self.assertEqual((a["rc"], a["walled"]["errno"]), (0, "EPERM"), a)
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
