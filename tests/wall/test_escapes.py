@@ -862,11 +862,15 @@ class EscapesDoc(unittest.TestCase):
                 continue
             suite, named = None, 0
             for tok in re.findall(r"`([^`]+)`", cell):
+                # `wall_X` names tests/wall/test_X.py; `guest_X` (the qemu
+                # guest's suite) names tests/guest/test_X.py.
                 if tok.startswith("wall_"):
-                    suite = tok[len("wall_"):]
+                    suite = os.path.join(n.HERE, f"test_{tok[len('wall_'):]}.py")
+                elif tok.startswith("guest_"):
+                    suite = os.path.join(n.HERE, "..", "guest", f"test_{tok[len('guest_'):]}.py")
                 elif tok.startswith("test_"):
                     self.assertIsNotNone(suite, f"{tok} without its suite: {row[:60]}")
-                    path = os.path.join(n.HERE, f"test_{suite}.py")
+                    path = suite
                     if path not in sources:
                         with open(path) as f:
                             sources[path] = f.read()

@@ -46,7 +46,7 @@ printf '%s ALL=(ALL) NOPASSWD:/sbin/shutdown -h now\n' "$user" >/run/fy-wall/sud
 visudo -cf /run/fy-wall/sudoers.tmp
 install -m0440 /run/fy-wall/sudoers.tmp "$cloud"
 rm -f /run/fy-wall/sudoers.tmp
-
+@@KERNEL_CLOSURES@@
 # 2. The journal cap.
 install -d -m0755 /etc/systemd/journald.conf.d
 printf '[Journal]\nSystemMaxUse=@@JOURNAL_MIB@@M\n' >/etc/systemd/journald.conf.d/50-foldyard-cap.conf
@@ -200,6 +200,24 @@ systemctl --user -M "$user@" daemon-reload || true
 systemctl --user -M "$user@" restart podman-runsc.service podman-runsc-filter.service || true
 )__";
 
+// The kernel closures (docs/fy-wall.md, "vsock" and "Packets without a socket
+// file"): text of their own, rendered by render_kernel_closures. Uses the
+// template's $user and $uid.
+constexpr std::string_view kKernelClosures = R"__(
+# 1b. The kernel closures. The socket families a dev box never needs may not
+# load (fy-wall's modprobe.d file: socket() of them fails, an explicit
+# modprobe too; a module loaded before this boot's provisioning stays), and
+# AF_VSOCK is refused to the VM user and all its subuids by a BPF-LSM program
+# on socket_create (fy-novsock, pinned: it stays after the command exits).
+# Root and the guest agent keep vsock (Lima's vz driver carries the agent).
+install -d -m0755 /etc/modprobe.d
+@@WALL_BIN@@ render families >/etc/modprobe.d/fy-wall-families.conf.tmp
+mv /etc/modprobe.d/fy-wall-families.conf.tmp /etc/modprobe.d/fy-wall-families.conf
+novsock_uids=$(awk -F: -v u="$user" -v i="$uid" '($1 == u || $1 == i) && $3 > 0 { printf ",%d-%d", $2, $2 + $3 - 1 }' /etc/subuid 2>/dev/null || true)
+@@NOVSOCK_BIN@@ apply --uids "$uid$novsock_uids"
+@@NOVSOCK_BIN@@ status
+)__";
+
 void replace_all(std::string& s, std::string_view from, std::string_view to) {
   size_t pos = 0;
   while ((pos = s.find(from, pos)) != std::string::npos) {
@@ -221,6 +239,13 @@ std::string ports_toml(int64_t b) {
 
 }  // namespace
 
+std::string render_kernel_closures(const BootSpec& s) {
+  std::string t(kKernelClosures);
+  replace_all(t, "@@WALL_BIN@@", shell_quote(s.wall_bin));
+  replace_all(t, "@@NOVSOCK_BIN@@", shell_quote(s.novsock_bin));
+  return t;
+}
+
 std::string boot_want(const BootSpec& s) {
   return fmt::format("wall on {}{}", wall_ports(s.port_base), s.gvisor ? " gvisor" : "");
 }
@@ -239,6 +264,7 @@ Rendered render_boot(const BootSpec& s) {
   std::string gv = s.gvisor ? std::string(kGvisor) : std::string();
   replace_all(gv, "@@RUNSC_BIN@@", shell_quote(s.runsc_bin));
   replace_all(gv, "@@SOCKFILTER_BIN@@", s.sockfilter_bin);
+  replace_all(t, "@@KERNEL_CLOSURES@@", render_kernel_closures(s));
   replace_all(t, "@@GVISOR@@", gv);
   replace_all(t, "@@GVISOR_NOTE@@", s.gvisor ? ", the socket filter's units (gVisor)" : "");
   replace_all(t, "@@JOURNAL_MIB@@", std::to_string(s.journal_max_mib));

@@ -15,6 +15,7 @@ struct BootSpec {
   int64_t port_base = 41000;            // the project's daemon band (proxy b..b+89, minter +100..)
   std::string gateway = "192.168.5.2";  // lima's user-mode host gateway
   std::string wall_bin = "/usr/local/bin/fy-wall";
+  std::string novsock_bin = "/usr/local/bin/fy-novsock";  // wall/novsock
   std::string forwarder_bin = "/usr/libexec/fy/fy-forwarder";
   std::string wall_unit;       // wall/dist/fy-wall.service
   std::string guard_unit;      // wall/dist/fy-forwarder-guard.service
@@ -33,6 +34,12 @@ std::string boot_want(const BootSpec& s);
 // names them (system units), and the user units (`systemctl --user`).
 std::vector<std::string> boot_system_units(const BootSpec& s);
 std::vector<std::string> boot_user_units(const BootSpec& s);
+
+// The boot script's kernel closures, alone (a bash fragment that expects
+// $user and $uid): fy-wall's modprobe.d file of the socket families a dev box
+// never needs, and fy-novsock's AF_VSOCK refusal for the VM user and its
+// subuids. render_boot includes it after the sudo narrowing.
+std::string render_kernel_closures(const BootSpec& s);
 
 struct Rendered {
   std::string script;  // line 2 is "# fy-provision <id>"

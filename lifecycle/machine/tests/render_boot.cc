@@ -1,6 +1,7 @@
 // Prints the rendered boot script (stdout) and its id (stderr) for the given
 // port base and posture, from the source tree's unit files: the shellcheck
-// test's input.
+// test's input. With "kernel-closures" instead of a posture, only that
+// fragment (render_kernel_closures): what tests/guest runs in the qemu guest.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -28,6 +29,10 @@ int main(int argc, char** argv) {
   s.guard_unit = *g;
   s.forwarder_unit = *f;
   s.forwarder_key = std::string(64, 'a');
+  if (argc > 3 && std::string(argv[3]) == "kernel-closures") {
+    std::fputs(fy::machine::render_kernel_closures(s).c_str(), stdout);
+    return 0;
+  }
   auto r = fy::machine::render_boot(s);
   std::fputs(r.script.c_str(), stdout);
   std::fprintf(stderr, "%s\n", r.id.c_str());

@@ -158,6 +158,22 @@ BootSpec spec(int64_t base) {
 }
 }  // namespace
 
+TEST_CASE("the boot script's kernel closures: the families file and fy-novsock, before the wall") {
+  auto s = spec(41000);
+  s.wall_bin = "/opt/fy wall";
+  s.novsock_bin = "/opt/novsock";
+  std::string k = render_kernel_closures(s);
+  CHECK(k.find("'/opt/fy wall' render families >/etc/modprobe.d/fy-wall-families.conf.tmp\n") !=
+        std::string::npos);
+  CHECK(k.find("'/opt/novsock' apply --uids \"$uid$novsock_uids\"\n") != std::string::npos);
+  CHECK(k.find("@@") == std::string::npos);
+  auto a = render_boot(s);
+  size_t at = a.script.find(k);
+  REQUIRE(at != std::string::npos);
+  CHECK(at > a.script.find("uid=$(id -u \"$user\")"));    // $uid is known
+  CHECK(at < a.script.find("# 3. The wall"));              // before anything else loads
+}
+
 TEST_CASE("the boot script: marker on line 2, id = sha256 prefix, changes with the band alone") {
   auto a = render_boot(spec(41000));
   CHECK(a.id.size() == 16);
