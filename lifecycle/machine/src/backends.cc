@@ -333,7 +333,8 @@ class Podman final : public Backend {
   }
 
   // Own-uid krunkit/vfkit/gvproxy/qemu-system processes whose argv names this
-  // machine's files.
+  // machine's files (as a whole word: another VM's qemu "-append" is not the
+  // machine "app").
   std::vector<pid_t> host_pids(const std::string& n) override {
     std::vector<pid_t> out;
     DIR* d = ::opendir("/proc");
@@ -352,7 +353,7 @@ class Podman final : public Backend {
       if (u == std::string::npos || std::strtoul(status->c_str() + u + 6, nullptr, 10) != me) continue;
       std::string c = first_line(*comm);
       bool vm_tool = c == "krunkit" || c == "vfkit" || c == "gvproxy" || c.rfind("qemu-system", 0) == 0;
-      if (vm_tool && cmd->find(n) != std::string::npos && pid_alive(static_cast<pid_t>(pid)))
+      if (vm_tool && cmdline_names_machine(*cmd, n) && pid_alive(static_cast<pid_t>(pid)))
         out.push_back(static_cast<pid_t>(pid));
     }
     ::closedir(d);

@@ -396,4 +396,25 @@ std::string wall_ports(int64_t b) {
   return fmt::format("{}-{}, {}-{}", b, b + 89, b + 100, b + 189);
 }
 
+bool cmdline_names_machine(std::string_view cmdline, std::string_view name) {
+  if (name.empty()) return false;
+  auto alnum = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+  };
+  size_t start = 0;
+  while (start <= cmdline.size()) {
+    size_t end = cmdline.find('\0', start);
+    if (end == std::string_view::npos) end = cmdline.size();
+    std::string_view arg = cmdline.substr(start, end - start);
+    for (size_t at = arg.find(name); at != std::string_view::npos; at = arg.find(name, at + 1)) {
+      bool left = at == 0 || !alnum(arg[at - 1]);
+      size_t after = at + name.size();
+      bool right = after == arg.size() || !alnum(arg[after]);
+      if (left && right) return true;
+    }
+    start = end + 1;
+  }
+  return false;
+}
+
 }  // namespace fy::machine

@@ -167,4 +167,14 @@ bool valid_machine_name(std::string_view name);
 // The walled band: proxy base+0..89 and minter base+100..189, "b-b+89, ...".
 std::string wall_ports(int64_t port_base);
 
+// ---- host processes ---------------------------------------------------------
+
+// True when one of the NUL-separated arguments of a /proc/<pid>/cmdline names
+// the machine `name` as a whole word: bounded on each side by the argument's
+// edge or a character that cannot be part of a machine name ('/', ':', ',',
+// '=', ...), or by '-', '_' or '.' followed or preceded by more of the file
+// name ("podman-app-api.sock", "qmp_app.sock", "app.json"). A name that only
+// occurs inside a longer word ("app" in qemu's "-append") does not count.
+bool cmdline_names_machine(std::string_view cmdline, std::string_view name);
+
 }  // namespace fy::machine

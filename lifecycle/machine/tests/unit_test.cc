@@ -195,3 +195,16 @@ TEST_CASE("the boot script: marker on line 2, id = sha256 prefix, changes with t
   CHECK(a.script.rfind("mv /run/fy-wall/state.tmp /run/fy-wall/state") >
         a.script.rfind("systemctl reload-or-restart"));
 }
+
+TEST_CASE("host processes: the machine's name as a whole word of an argument, never inside one") {
+  using std::string_literals::operator""s;
+  std::string qemu = "qemu-system-x86_64\0-name\0fy-machine:/tmp/x/guest\0-append\0console=ttyS0\0"s;
+  CHECK_FALSE(cmdline_names_machine(qemu, "app"));
+  CHECK(cmdline_names_machine(qemu, "guest"));
+  CHECK(cmdline_names_machine("gvproxy\0-forward-sock\0/tmp/d/podman-app-api.sock\0"s, "app"));
+  CHECK(cmdline_names_machine("qemu\0-qmp\0unix:/run/qmp_app.sock,server\0"s, "app"));
+  CHECK(cmdline_names_machine("vfkit\0app\0"s, "app"));
+  CHECK_FALSE(cmdline_names_machine("vfkit\0apple\0happ\0"s, "app"));
+  CHECK_FALSE(cmdline_names_machine("vfkit\0app"s, ""));
+  CHECK(cmdline_names_machine("vfkit\0x\0app"s, "app"));  // no trailing NUL
+}
