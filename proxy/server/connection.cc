@@ -492,6 +492,13 @@ void Connection::apply_request(const admission::Decision& d) {
       answer(answers::held(d.held->body), d.close_after);
       return;
     case Answer::allowlist: refuse(ex_.row.host, d.close_after); return;
+    case Answer::scoped:
+      // [scope]: the credential is not for who asked. Answered as the
+      // provider would answer a missing credential; nothing goes upstream.
+      ++srv_.metrics().scoped_out;
+      ex_.row.scoped = d.rule->id;
+      answer(answers::scoped(d.detail), d.close_after);
+      return;
     case Answer::none: break;
   }
   close("admission returned an answer without a kind");
@@ -576,7 +583,7 @@ void Connection::on_credential(const inject::MintOutcome& out) {
     ex_.rule_id.clear();
     ex_.row.rule.clear();
     admission::Decision d =
-        admission::decide_unruled(ex_.dest, ex_.kind, build_proof(),
+        admission::decide_unruled(ex_.dest, ex_.kind, principal(), build_proof(),
                                   req_parser_.message_complete(), wall_ms(), srv_.policy());
     if (d.action != admission::Action::forward) {
       refuse(ex_.row.host, d.close_after);
