@@ -31,7 +31,7 @@ Decision closing(Why why) {
 // `connect`: a refused CONNECT closes (no dial, no TLS); the 407 to a
 // CONNECT keeps the connection for the retry that carries the secret.
 Decision wall(Decision d, const Request& r, const policy::Policy& pol, bool connect) {
-  policy::Asker asker = asker_of(r.principal);
+  policy::Asker asker = asker_of(r.principal, r.build.proved);
   auto verdict = pol.judge({d.dest.host, d.dest.port, d.kind, r.build.proved, &asker}, r.now_ms);
   if (verdict == Verdict::block) {
     if (!r.inside && !r.build.proxy_auth_seen &&
@@ -86,8 +86,9 @@ std::string scoped_body(const inject::Rule& rule, const policy::Policy& pol, std
 
 }  // namespace
 
-policy::Asker asker_of(const Principal& p) {
+policy::Asker asker_of(const Principal& p, bool build_proved) {
   policy::Asker a;
+  a.build = build_proved;
   switch (p.attribution) {
     case netlog::Attribution::none: a.state = policy::Asker::State::unknown; break;
     case netlog::Attribution::unattributed: a.state = policy::Asker::State::unattributed; break;
@@ -208,7 +209,7 @@ Decision decide_request(const Request& r, const policy::Policy& pol) {
   // Step 4, then the rule rides on the forward, if it is for who asked.
   d = wall(std::move(d), r, pol, /*connect=*/false);
   if (d.action == Action::forward && rule) {
-    policy::Asker asker = asker_of(r.principal);
+    policy::Asker asker = asker_of(r.principal, r.build.proved);
     d.rule = rule;
     if (!pol.may_inject(*rule, asker)) {
       std::string body = scoped_body(*rule, pol, dest.host, path, asker);
@@ -221,7 +222,7 @@ Decision decide_request(const Request& r, const policy::Policy& pol) {
 Decision decide_unruled(const HostPort& dest, policy::Kind kind, const Principal& principal,
                         const BuildProof& build, bool message_complete, int64_t now_ms,
                         const policy::Policy& pol) {
-  policy::Asker asker = asker_of(principal);
+  policy::Asker asker = asker_of(principal, build.proved);
   Decision d;
   d.has_dest = true;
   d.dest = dest;
@@ -273,7 +274,7 @@ Decision decide_open(const Open& o, const policy::Policy& pol) {
   Decision keep;
   keep.action = Action::keep;
   if (refuses_principal(o.principal, pol)) return closing(Why::require_stamp);
-  policy::Asker asker = asker_of(o.principal);
+  policy::Asker asker = asker_of(o.principal, o.build.proved);
   auto blocked = [&](const HostPort& d, Kind k) {
     return pol.judge({d.host, d.port, k, o.build.proved, &asker}, o.now_ms) == Verdict::block;
   };

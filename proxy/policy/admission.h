@@ -47,7 +47,8 @@ struct Principal {
   std::string_view src, net, who;  // the bound stamp's fields, when attributed
 };
 // The policy's view of a principal (proxy/policy/principals.h).
-policy::Asker asker_of(const Principal& p);
+// `build_proved`: the connection proved a build secret (the "build" principal).
+policy::Asker asker_of(const Principal& p, bool build_proved);
 
 // What the connection has shown about builds (docs/fy-proxy.md, "Build
 // secrets"). The secret is checked by the connection (the tokens file is

@@ -68,6 +68,7 @@ std::optional<std::string> selector_error(std::string_view sel) {
 }
 
 bool selector_names(std::string_view sel, const Asker& a) {
+  if (sel == "build" && a.build) return true;
   if (a.state != Asker::State::attributed) return false;
   if (sel == "user") return a.who == "user";
   if (sel == "build") return starts(a.who, "build:");

@@ -8,7 +8,8 @@
 //
 //   box                   what [scope] box lists (default ["user"])
 //   user                  who=user: the VM user's own processes (VM listener)
-//   build                 who=build:<any>: a build step in the VM
+//   build                 who=build:<any>: a build step in the VM; or a connection
+//                         that proved a host-started build's secret (attributed or not)
 //   build:<scope>         who=build:<scope> exactly
 //   container:<64 hex>    who=container:<id>: a container seen by the VM listener
 //   uid:<n>               who=uid:<n>
@@ -33,13 +34,14 @@ struct Asker {
   };
   State state = State::unknown;
   std::string_view src, net, who;
+  bool build = false;  // the connection proved a build secret (docs/fy-proxy.md, "Build secrets")
 };
 
 // Why `sel` is not a principal selector, or nullopt when it is one.
 std::optional<std::string> selector_error(std::string_view sel);
 
-// Whether the selector (not "box": the policy expands it) names an attributed
-// asker. False for an asker that is not attributed.
+// Whether the selector (not "box": the policy expands it) names the asker.
+// Only "build" names an asker that is not attributed (a proved build secret).
 bool selector_names(std::string_view sel, const Asker& a);
 
 // How the asker is named in logs: "user", "container:<id>",

@@ -551,6 +551,11 @@ refused_body = '{"errors":[{"message":"Unauthorized"}]}'
 switch = "anth"
 host = "api.anthropic.test"
 
+[[inject]]
+switch = "bld"
+host = "api.build.example"
+principals = ["build"]
+
 [[held]]
 host = "api.anthropic.test"
 header = "x-api-key"
@@ -587,6 +592,7 @@ struct ScopeRow {
   Who who;
   const char* host = "api.tracker.example";
   const char* header = nullptr;
+  bool proved = false;         // the connection proved a build secret
   Action action = Action::forward;
   Answer answer = Answer::none;
   const char* rule = nullptr;  // forward: injected; scoped: the rule refused
@@ -624,6 +630,14 @@ const ScopeRow kScopeRows[] = {
      .who = kSib, .host = "api.anthropic.test", .header = "x-api-key: sk-ant-dummy",
      .action = Action::answer, .answer = Answer::scoped, .rule = "anth",
      .body = "{\"type\":\"error\",\"error\":{\"type\":\"authentication_error\""},
+    {.what = "on: \"build\" names a build step's stamp", .who = kBuild,
+     .host = "api.build.example", .rule = "bld"},
+    {.what = "on: \"build\" names a proved build secret, stamped or not", .who = kUnattributed,
+     .host = "api.build.example", .proved = true, .rule = "bld"},
+    {.what = "on: \"build\" is not the box", .who = kUser, .host = "api.build.example",
+     .action = Action::answer, .answer = Answer::scoped, .rule = "bld"},
+    {.what = "on: a proved build secret is not the box", .who = kUnattributed, .proved = true,
+     .action = Action::answer, .answer = Answer::scoped, .rule = "tracker"},
     {.what = "off: a sibling gets the credential, as before", .on = false, .who = kSib,
      .rule = "tracker"},
     {.what = "off: an unattributed connection gets the credential, as before", .on = false,
@@ -643,7 +657,7 @@ const Policy& scoped_policy(bool on) {
 }
 
 adm::Decision run_scoped(const Who& who, const char* host, const char* header, const char* target,
-                         Kind kind, const Policy& pol) {
+                         Kind kind, const Policy& pol, bool proved = false) {
   std::vector<fy::http::Header> headers;
   headers.push_back({"Host", host});
   if (header) {
@@ -654,6 +668,8 @@ adm::Decision run_scoped(const Who& who, const char* host, const char* header, c
   adm::Inside inside{{host, static_cast<uint16_t>(kind == Kind::https ? 443 : 80)}, kind, host};
   adm::Request r;
   r.principal = {who.attribution, who.src, who.net, who.who};
+  r.build.proved = proved;
+  r.build.proxy_auth_seen = proved;
   r.inside = kind == Kind::https ? &inside : nullptr;
   r.method = "GET";
   r.target = target;
@@ -669,7 +685,8 @@ TEST_CASE("admission: scope, one row each") {
   for (const ScopeRow& row : kScopeRows) {
     CAPTURE(row.what);
     adm::Decision d =
-        run_scoped(row.who, row.host, row.header, "/v1/x", Kind::https, scoped_policy(row.on));
+        run_scoped(row.who, row.host, row.header, "/v1/x", Kind::https, scoped_policy(row.on),
+                   row.proved);
     CHECK(d.action == row.action);
     CHECK(d.answer == row.answer);
     if (row.rule) {
