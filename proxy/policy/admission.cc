@@ -234,6 +234,24 @@ Decision decide_unruled(const HostPort& dest, policy::Kind kind, const Principal
   return d;
 }
 
+Decision decide_minted(const inject::Rule& rule, const HostPort& dest, std::string_view path,
+                       const Principal& principal, const BuildProof& build,
+                       bool message_complete, const policy::Policy& pol) {
+  Decision d;
+  d.has_dest = true;
+  d.dest = dest;
+  d.kind = Kind::https;
+  d.key = dest.key(443);
+  d.path = path;
+  d.rule = &rule;
+  policy::Asker asker = asker_of(principal, build.proved);
+  if (!pol.may_inject(rule, asker))
+    return answer(std::move(d), Answer::scoped, !message_complete,
+                  scoped_body(rule, pol, dest.host, path, asker));
+  d.action = Action::forward;
+  return d;
+}
+
 Decision decide_hello(const Hello& h, const policy::Policy& pol) {
   Decision d;
   switch (h.shape) {

@@ -167,6 +167,13 @@ Decision decide_unruled(const HostPort& dest, policy::Kind kind, const Principal
                         const BuildProof& build, bool message_complete, int64_t now_ms,
                         const policy::Policy& pol);
 
+// A request held for `rule`'s credential (the rule as the policy has it now,
+// its spec unchanged), when the credential is ready: the scope may have
+// changed meanwhile (step 7 again). forward, with `rule`, or answer scoped.
+Decision decide_minted(const inject::Rule& rule, const HostPort& dest, std::string_view path,
+                       const Principal& principal, const BuildProof& build,
+                       bool message_complete, const policy::Policy& pol);
+
 // The first bytes after a CONNECT's 200 (steps 5 and 6).
 struct Hello {
   enum class Shape : uint8_t {

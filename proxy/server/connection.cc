@@ -590,6 +590,20 @@ void Connection::on_credential(const inject::MintOutcome& out) {
       return;
     }
     forward_request(ex_.dest, ex_.kind, ex_.target);
+  } else if (admission::Decision d = admission::decide_minted(
+                 *rule, ex_.dest, ex_.target, principal(), build_proof(),
+                 req_parser_.message_complete(), srv_.policy());
+             d.action != admission::Action::forward) {
+    // The scope changed during the mint and the credential is no longer for
+    // who asked: answered as step 7 answers it, nothing injected.
+    log::info("c{} switch '{}''s scope changed while its credential was minted: not injected",
+              id_, ex_.rule_id);
+    ex_.rule_id.clear();
+    ex_.row.rule.clear();
+    ++srv_.metrics().scoped_out;
+    ex_.row.scoped = rule->id;
+    answer(answers::scoped(d.detail), d.close_after);
+    return;
   } else if (!out.ok) {
     answer_mint_failure(out.reason, false);
     return;

@@ -12,12 +12,15 @@ import json
 import os
 import sys
 import tempfile
+import threading
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from test_inject import REAL, Env, https  # noqa: E402
+from test_inject import REAL, SLOW, Env, https  # noqa: E402
 from test_stamp import KEY, stamp  # noqa: E402
+from fytest import wait_until  # noqa: E402
 
 SIBLING = "container:" + "5" * 64
 REFUSED = '{"ok":false,"error":{"type":"authentication_error","message":"invalid token"}}'
@@ -62,8 +65,8 @@ class Scope(unittest.TestCase):
         type(self).seq += 1
         return ["--proxy-header", "Fy-Stamp: " + stamp(seq=self.seq, **fields)]
 
-    def proxy(self, policy, stamp_key=True):
-        return self.env.proxy(policy, args=["--stamp-key", self.key_file] if stamp_key else [])
+    def proxy(self, policy, stamp_key=True, args=()):
+        return self.env.proxy(policy, args=(["--stamp-key", self.key_file] if stamp_key else []) + list(args))
 
     def call(self, p, path, stamp_args=(), url="https://api.tracker.test"):
         """curl with the box's dummy; (status, body, the Authorization the origin saw or None)."""
@@ -179,6 +182,40 @@ class Scope(unittest.TestCase):
             self.assertEqual(self.call(p, "/check-auth?after",
                                        self.stamped(src="127.0.0.1", net="host", who=SIBLING))[0], 401)
             self.assertIn("scope: on: credentials to box", p.stderr().split("policy reloaded")[-1])
+
+    def test_a_scope_that_changes_while_a_credential_is_minted_applies_when_it_is_ready(self):
+        minter = self.env.minter("scopeslow", f"time.sleep(4)\nprint(json.dumps({{'value': {SLOW!r}, 'ttl': 3600}}))\n")
+        rule = f'''
+[[inject]]
+switch = "scopeslow"
+kind = "command"
+host = "api.other.test"
+value_prefix = "Bearer "
+command = {json.dumps(minter)}
+'''
+        off = 'mode = "enforce"\n[scope]\nmode = "off"\n' + rule
+        on = 'mode = "enforce"\n[scope]\nmode = "on"\n' + rule
+        with self.proxy(off, args=["--minter-timeout", "15"]) as p:
+            got = {}
+            sib = self.stamped(src="127.0.0.1", net="host", who=SIBLING)
+            t = threading.Thread(target=lambda: got.update(
+                r=self.call(p, "/minted?sibling", sib, url="https://api.other.test")))
+            t0 = time.monotonic()
+            t.start()
+            # The request is held for the credential (minted ahead, 4 s) ...
+            # (two heads: the CONNECT, and the request inside it)
+            wait_until(lambda: p.metric("fy_request_heads_total") >= 2 or None,
+                       what="the held request", timeout=3)
+            p.reload(on)  # ... when the scope goes on; the rule's spec is unchanged
+            t.join(20)
+            status, body, auth = got["r"]
+            self.assertGreater(time.monotonic() - t0, 3.0, "the request did not wait for the mint")
+            self.assertEqual((status, auth), (401, None))
+            self.assertIn(b"is not for " + SIBLING.encode(), body)
+            row = self.row(p, "/minted?sibling")
+            self.assertEqual((row["scoped"], row["injected"], row["who"]), ("scopeslow", False, SIBLING))
+            self.assertNotIn("rule", row)
+            self.assertIn("scope changed while its credential was minted", p.stderr())
 
 
 if __name__ == "__main__":

@@ -749,6 +749,28 @@ TEST_CASE("admission: scoped grants") {
             .answer == Answer::allowlist);
 }
 
+TEST_CASE("admission: a credential minted after the scope changed") {
+  const Policy& on = scoped_policy(true);
+  const Policy& off = scoped_policy(false);
+  const fy::inject::Rule* rule = on.rules().by_id("tracker");
+  REQUIRE(rule != nullptr);
+  HostPort tracker{"api.tracker.example", 443};
+  adm::Principal sib{kSib.attribution, kSib.src, kSib.net, kSib.who};
+  adm::Principal user{kUser.attribution, kUser.src, kUser.net, kUser.who};
+  adm::Decision d = adm::decide_minted(*rule, tracker, "/v1/x", sib, {}, true, on);
+  CHECK(d.action == Action::answer);
+  CHECK(d.answer == Answer::scoped);
+  CHECK(d.rule == rule);
+  CHECK_FALSE(d.close_after);
+  CHECK(adm::decide_minted(*rule, tracker, "/v1/x", sib, {}, false, on).close_after);
+  d = adm::decide_minted(*rule, tracker, "/v1/x", user, {}, true, on);
+  CHECK(d.action == Action::forward);
+  CHECK(d.rule == rule);
+  const fy::inject::Rule* off_rule = off.rules().by_id("tracker");
+  CHECK(adm::decide_minted(*off_rule, tracker, "/v1/x", sib, {}, true, off).action ==
+        Action::forward);
+}
+
 TEST_CASE("admission: scope's settings are validated") {
   auto bad = [](const std::string& text) {
     auto p = Policy::parse(text, "p.toml", kNow);
