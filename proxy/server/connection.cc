@@ -497,6 +497,9 @@ void Connection::apply_request(const admission::Decision& d) {
       // provider would answer a missing credential; nothing goes upstream.
       ++srv_.metrics().scoped_out;
       ex_.row.scoped = d.rule->id;
+      log::info("c{} answered {} {}{} 401: switch '{}' is not for {} ([scope])", id_,
+                ex_.row.method, ex_.row.host, ex_.row.path, d.rule->id,
+                policy::asker_text(admission::asker_of(principal(), build_)));
       answer(answers::scoped(d.detail), d.close_after);
       return;
     case Answer::none: break;

@@ -127,6 +127,9 @@ class Scope(unittest.TestCase):
             self.assertIn("scope: on: credentials to box (box = user, net:podman1/10.89.1.2) · 1 "
                           "scoped grant; unattributed connections get no credential", health)
             self.assertIn("scope: on: credentials to box", p.stderr())
+            err = p.stderr()
+            for who in (SIBLING, "net:podman1/10.89.1.3", "unattributed"):
+                self.assertIn(f"401: switch 'tracker' is not for {who} ([scope])", err)
 
     def test_on_a_grant_scoped_to_a_container_is_that_containers_alone(self):
         with self.proxy(SCOPED) as p:
