@@ -97,7 +97,7 @@ class Policy {
   bool may_inject(const inject::Rule& rule, const Asker& a) const;
   // The rule's principals ("box" not expanded): its own, or [scope] credentials.
   std::span<const std::string> principals_of(const inject::Rule& rule) const;
-  // "off", or "on: credentials to box (= user) · 1 scoped grant" for the
+  // "off", or "on: credentials to box (box = user) · 1 scoped grant" for the
   // start line and /healthz.
   std::string scope_summary() const;
 
