@@ -73,6 +73,15 @@ Reply build_challenge(std::string_view key) {
                                      "fy-build:<secret>)\n"};
 }
 
+Reply scoped(std::string_view body) { return {401, std::string(body), kJson}; }
+
+std::string scoped_json(std::string_view host, std::string_view rule, std::string_view principal) {
+  return json_message(fmt::format("foldyard did not send this request: the credential for {} "
+                                  "(switch '{}') is not for {} (on your computer: the policy's "
+                                  "[scope] names who it is for)",
+                                  host, rule, principal));
+}
+
 Reply overlap(std::string_view message) {
   return {502,
           json_message(fmt::format("foldyard did not send this request: {} (on your computer: "

@@ -48,6 +48,12 @@ Reply allowlist(std::string_view key);
 Reply claim();
 // 401: a held dummy; the body is the held entry's, as its provider answers.
 Reply held(std::string_view body);
+// 401: [scope] mode = "on" and the credential of switch `rule` is not for
+// `principal`; `body` is the provider-shaped JSON (admission picks it:
+// the rule's refused_body, a held entry's body, or scoped_json()).
+Reply scoped(std::string_view body);
+// foldyard's own body for scoped() when the policy gives none.
+std::string scoped_json(std::string_view host, std::string_view rule, std::string_view principal);
 // 407: a destination open to builds, no Proxy-Authorization sent. The
 // answer also carries kBuildChallengeHeader: kBuildChallengeValue.
 Reply build_challenge(std::string_view key);

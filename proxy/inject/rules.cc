@@ -5,6 +5,7 @@
 #include "core/config.h"
 #include "core/net.h"
 #include "core/text.h"
+#include "proxy/policy/principals.h"
 
 namespace fy::inject {
 
@@ -171,6 +172,15 @@ void parse_rules(cfg::Table& root, Rules* out) {
     if (auto i = t.integer("installation_id", 1, INT64_MAX)) r.installation_id = *i;
     if (auto repos = t.strings("repositories")) r.repositories = *repos;
     (void)t.string("label");  // the operator's note
+    if (auto ps = t.strings("principals")) {
+      for (const std::string& sel : *ps) {
+        if (auto err = policy::selector_error(sel)) t.error("principals", *err);
+      }
+      if (ps->empty()) t.error("principals", "an empty list names nobody: leave principals out "
+                                             "for the scope's default, or drop the rule");
+      r.principals = *ps;
+    }
+    if (auto rb = t.string("refused_body")) r.refused_body = *rb;
     switch (r.kind) {
       case Kind::static_secret:
         if (!r.command.empty()) t.error("command", "only a command rule runs a command");

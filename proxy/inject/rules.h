@@ -59,6 +59,12 @@ struct Rule {
   int64_t app_id = 0;                // github-app
   int64_t installation_id = 0;
   std::vector<std::string> repositories;
+  // Scope (docs/fy-proxy.md, "Scope"): the principals this credential goes to
+  // when [scope] mode = "on" (empty: the scope's `credentials` list), and the
+  // provider-shaped JSON the others are answered 401 with ("": a [[held]]
+  // entry's body for the same host and path, else foldyard's own).
+  std::vector<std::string> principals;
+  std::string refused_body;
   std::string where;  // file:line, for messages
 
   // The host env file's variable for this switch: FY_INJECT_<SWITCH>, upper

@@ -49,6 +49,7 @@ void append_json(std::string& out, const Row& r) {
   if (r.would_block) o.boolean("would_block", true);
   if (r.build) o.boolean("build", true);
   if (!r.held.empty()) o.str("held", r.held);
+  if (!r.scoped.empty()) o.str("scoped", r.scoped);
   if (r.mint_failed) o.boolean("mint_failed", true);
   if (r.overlap) o.boolean("overlap", true);
   if (!r.rule.empty()) o.str("rule", r.rule);

@@ -35,6 +35,7 @@ struct Row {
   bool overlap = false;
   std::string held;  // the held dummy's axis, "" when not held
   std::string rule;  // id of the injection rule applied (never its value)
+  std::string scoped;  // [scope]: the rule whose credential was not for who asked (401)
   std::string tls;   // "decrypted" | "passthrough" | "plain" | "" (refused before TLS)
   std::string sni;   // the ClientHello's server name, when one was seen
   uint64_t bytes_up = 0;    // bytes from the client (heads and bodies, after TLS)

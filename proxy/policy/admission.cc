@@ -1,6 +1,7 @@
 #include "proxy/policy/admission.h"
 
 #include "core/text.h"
+#include "proxy/http/answers.h"
 #include "proxy/inject/redact.h"
 
 namespace fy::admission {
@@ -30,10 +31,11 @@ Decision closing(Why why) {
 // `connect`: a refused CONNECT closes (no dial, no TLS); the 407 to a
 // CONNECT keeps the connection for the retry that carries the secret.
 Decision wall(Decision d, const Request& r, const policy::Policy& pol, bool connect) {
-  auto verdict = pol.judge({d.dest.host, d.dest.port, d.kind, r.build.proved}, r.now_ms);
+  policy::Asker asker = asker_of(r.principal, r.build.proved);
+  auto verdict = pol.judge({d.dest.host, d.dest.port, d.kind, r.build.proved, &asker}, r.now_ms);
   if (verdict == Verdict::block) {
     if (!r.inside && !r.build.proxy_auth_seen &&
-        pol.judge({d.dest.host, d.dest.port, d.kind, true}, r.now_ms) == Verdict::allow) {
+        pol.judge({d.dest.host, d.dest.port, d.kind, true, &asker}, r.now_ms) == Verdict::allow) {
       d.action = Action::challenge;
       d.close_after = !connect && !r.message_complete;
       return d;
@@ -47,7 +49,7 @@ Decision wall(Decision d, const Request& r, const policy::Policy& pol, bool conn
     // dummy or an overlap)? Then only HTTPS it decrypts may pass.
     d.implicit_only =
         verdict == Verdict::allow &&
-        pol.judge({d.dest.host, d.dest.port, Kind::connect, r.build.proved}, r.now_ms,
+        pol.judge({d.dest.host, d.dest.port, Kind::connect, r.build.proved, &asker}, r.now_ms,
                   /*implicit=*/false) != Verdict::allow;
     d.inner_kind = d.dest.port == 80 ? Kind::cleartext : Kind::https;
   }
@@ -72,7 +74,31 @@ Decision decide_connect(const Request& r, const policy::Policy& pol) {
   return wall(std::move(d), r, pol, /*connect=*/true);
 }
 
+// Step 7's refusal body: the rule's own, a held entry's for the same host and
+// path (what the provider answers a dummy with), else foldyard's own JSON.
+std::string scoped_body(const inject::Rule& rule, const policy::Policy& pol, std::string_view host,
+                        std::string_view path, const policy::Asker& asker) {
+  if (!rule.refused_body.empty()) return rule.refused_body;
+  if (const inject::Held* h = pol.rules().held_for(host, path); h && !h->body.empty())
+    return h->body;
+  return answers::scoped_json(host, rule.id, policy::asker_text(asker));
+}
+
 }  // namespace
+
+policy::Asker asker_of(const Principal& p, bool build_proved) {
+  policy::Asker a;
+  a.build = build_proved;
+  switch (p.attribution) {
+    case netlog::Attribution::none: a.state = policy::Asker::State::unknown; break;
+    case netlog::Attribution::unattributed: a.state = policy::Asker::State::unattributed; break;
+    case netlog::Attribution::attributed: a.state = policy::Asker::State::attributed; break;
+  }
+  a.src = p.src;
+  a.net = p.net;
+  a.who = p.who;
+  return a;
+}
 
 const char* why_text(Why w) {
   switch (w) {
@@ -180,21 +206,48 @@ Decision decide_request(const Request& r, const policy::Policy& pol) {
     }
   }
 
-  // Step 4, then the rule rides on the forward.
+  // Step 4, then the rule rides on the forward, if it is for who asked.
   d = wall(std::move(d), r, pol, /*connect=*/false);
-  if (d.action == Action::forward) d.rule = rule;
+  if (d.action == Action::forward && rule) {
+    policy::Asker asker = asker_of(r.principal, r.build.proved);
+    d.rule = rule;
+    if (!pol.may_inject(*rule, asker)) {
+      std::string body = scoped_body(*rule, pol, dest.host, path, asker);
+      return answer(std::move(d), Answer::scoped, !r.message_complete, std::move(body));
+    }
+  }
   return d;
 }
 
-Decision decide_unruled(const HostPort& dest, policy::Kind kind, const BuildProof& build,
-                        bool message_complete, int64_t now_ms, const policy::Policy& pol) {
+Decision decide_unruled(const HostPort& dest, policy::Kind kind, const Principal& principal,
+                        const BuildProof& build, bool message_complete, int64_t now_ms,
+                        const policy::Policy& pol) {
+  policy::Asker asker = asker_of(principal, build.proved);
   Decision d;
   d.has_dest = true;
   d.dest = dest;
   d.kind = kind;
   d.key = dest.key(policy::default_port(kind));
-  if (pol.judge({dest.host, dest.port, kind, build.proved}, now_ms) == Verdict::block)
+  if (pol.judge({dest.host, dest.port, kind, build.proved, &asker}, now_ms) == Verdict::block)
     return answer(std::move(d), Answer::allowlist, !message_complete);
+  d.action = Action::forward;
+  return d;
+}
+
+Decision decide_minted(const inject::Rule& rule, const HostPort& dest, std::string_view path,
+                       const Principal& principal, const BuildProof& build,
+                       bool message_complete, const policy::Policy& pol) {
+  Decision d;
+  d.has_dest = true;
+  d.dest = dest;
+  d.kind = Kind::https;
+  d.key = dest.key(443);
+  d.path = path;
+  d.rule = &rule;
+  policy::Asker asker = asker_of(principal, build.proved);
+  if (!pol.may_inject(rule, asker))
+    return answer(std::move(d), Answer::scoped, !message_complete,
+                  scoped_body(rule, pol, dest.host, path, asker));
   d.action = Action::forward;
   return d;
 }
@@ -239,8 +292,9 @@ Decision decide_open(const Open& o, const policy::Policy& pol) {
   Decision keep;
   keep.action = Action::keep;
   if (refuses_principal(o.principal, pol)) return closing(Why::require_stamp);
+  policy::Asker asker = asker_of(o.principal, o.build.proved);
   auto blocked = [&](const HostPort& d, Kind k) {
-    return pol.judge({d.host, d.port, k, o.build.proved}, o.now_ms) == Verdict::block;
+    return pol.judge({d.host, d.port, k, o.build.proved, &asker}, o.now_ms) == Verdict::block;
   };
   if (o.inside) {
     if (blocked(o.inside->dest, Kind::connect)) return closing(Why::refused_now);

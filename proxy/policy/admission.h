@@ -9,7 +9,8 @@
 //   4. the wall, with the build proof and the 407 rule             -> 403 / 407 / would_block
 //   5. a CONNECT admitted only for what the proxy decrypts (implicit only)
 //   6. decrypt or tunnel, from the first bytes after the 200
-//   7. rule selection: the credential a forwarded request carries
+//   7. rule selection: the credential a forwarded request carries, and
+//      scope: whether it may go to who asked (401, provider-shaped, if not)
 //
 // Pure: no libuv, no I/O, no TLS library. The input is the facts of one
 // request (or one ClientHello, or one open connection when the policy
@@ -37,13 +38,17 @@
 
 namespace fy::admission {
 
-// Who asked. Today only `attribution` takes part in a decision (step 0);
-// the stamp's fields are carried so that credentials can later be scoped to
-// the principal that asked (issue 17) without changing the input's shape.
+// Who asked: `attribution` decides step 0; with [scope] mode = "on" the
+// stamp's fields decide step 7's scope and which scoped grants apply in
+// step 4 (docs/fy-proxy.md, "Scope"). Attribution::none (no stamp key: the
+// podman backend) scopes nothing.
 struct Principal {
   netlog::Attribution attribution = netlog::Attribution::none;
   std::string_view src, net, who;  // the bound stamp's fields, when attributed
 };
+// The policy's view of a principal (proxy/policy/principals.h).
+// `build_proved`: the connection proved a build secret (the "build" principal).
+policy::Asker asker_of(const Principal& p, bool build_proved);
 
 // What the connection has shown about builds (docs/fy-proxy.md, "Build
 // secrets"). The secret is checked by the connection (the tokens file is
@@ -101,6 +106,9 @@ enum class Answer : uint8_t {
   overlap,        // 502: `overlap`
   held,           // 401: `held`'s body
   allowlist,      // 403: not on the allowlist (`key`)
+  scoped,         // 401: `rule`'s credential is not for who asked; `detail` is the
+                  // provider-shaped body (the rule's refused_body, a [[held]]
+                  // entry's, or foldyard's own JSON)
 };
 
 enum class TunnelKind : uint8_t { passthrough, opaque };
@@ -133,7 +141,7 @@ struct Decision {
   std::string key;
   // The origin-form path (the row's path), once the destination is known.
   std::optional<std::string_view> path;
-  const inject::Rule* rule = nullptr;        // forward: the credential to inject
+  const inject::Rule* rule = nullptr;        // forward: the credential to inject; scoped: refused
   const inject::Overlap* overlap = nullptr;  // answer overlap
   const inject::Held* held = nullptr;        // answer held
   bool would_block = false;    // forward, establish: allowed only because observing
@@ -155,8 +163,16 @@ bool refuses_principal(const Principal& p, const policy::Policy& pol);
 // A request held for a credential whose rule changed (or went) meanwhile:
 // judged again on the wall alone, nothing injected; forward or the 403.
 // (No 407 and no would_block row: the head was judged once already.)
-Decision decide_unruled(const HostPort& dest, policy::Kind kind, const BuildProof& build,
-                        bool message_complete, int64_t now_ms, const policy::Policy& pol);
+Decision decide_unruled(const HostPort& dest, policy::Kind kind, const Principal& principal,
+                        const BuildProof& build, bool message_complete, int64_t now_ms,
+                        const policy::Policy& pol);
+
+// A request held for `rule`'s credential (the rule as the policy has it now,
+// its spec unchanged), when the credential is ready: the scope may have
+// changed meanwhile (step 7 again). forward, with `rule`, or answer scoped.
+Decision decide_minted(const inject::Rule& rule, const HostPort& dest, std::string_view path,
+                       const Principal& principal, const BuildProof& build,
+                       bool message_complete, const policy::Policy& pol);
 
 // The first bytes after a CONNECT's 200 (steps 5 and 6).
 struct Hello {

@@ -84,6 +84,32 @@ Result<std::shared_ptr<const Policy>> Policy::from_doc(cfg::Doc& doc, int64_t no
                                             "(they are refused)", *a));
   }
 
+  if (auto sc = root.table("scope")) {
+    if (auto m = sc->string("mode")) {
+      if (*m == "on") p->scoping_ = true;
+      else if (*m != "off")
+        sc->error("mode", fmt::format("'{}' is not a scope mode: use \"off\" (every principal "
+                                      "gets every credential and grant, as before) or \"on\"",
+                                      *m));
+    }
+    auto selectors = [&](const char* key, std::vector<std::string>* out, bool box_ok) {
+      auto list = sc->strings(key);
+      if (!list) return;
+      if (list->empty()) {
+        sc->error(key, "an empty list names nobody; leave it out for the default");
+        return;
+      }
+      for (const std::string& sel : *list) {
+        if (auto err = selector_error(sel)) sc->error(key, *err);
+        else if (!box_ok && sel == "box") sc->error(key, "box cannot name itself");
+      }
+      *out = *list;
+    };
+    selectors("box", &p->scope_box_, false);
+    selectors("credentials", &p->scope_credentials_, true);
+    sc->finish();
+  }
+
   auto add_list = [&](const char* key, PatternSet* set) {
     if (auto list = root.strings(key)) {
       for (const std::string& s : *list) {
@@ -130,6 +156,13 @@ Result<std::shared_ptr<const Policy>> Policy::from_doc(cfg::Doc& doc, int64_t no
     auto expires = g.timestamp_ms("expires");
     auto granted = g.timestamp_ms("granted");
     (void)g.string("why");  // the operator's note; not used by the proxy
+    if (auto ps = g.strings("principals")) {
+      if (ps->empty()) g.error("principals", "an empty list names nobody: leave it out for "
+                                             "everyone, or drop the grant");
+      for (const std::string& sel : *ps)
+        if (auto err = selector_error(sel)) g.error("principals", *err);
+      gr.principals = *ps;
+    }
     if (expires) {
       gr.expires_ms = *expires;
     } else if (gr.level == Level::once) {
@@ -141,7 +174,17 @@ Result<std::shared_ptr<const Policy>> Policy::from_doc(cfg::Doc& doc, int64_t no
     }
     g.finish();
     ++p->grants_;
-    if (gr.expires_ms != 0) {
+    if (!gr.principals.empty()) {
+      if (p->scoping_) {
+        ++p->scoped_grants_;
+      } else {
+        p->warnings_.push_back(fmt::format("{}: principals are not applied: [scope] mode is "
+                                           "\"off\", so this grant is everyone's",
+                                           g.where("principals")));
+        gr.principals.clear();
+      }
+    }
+    if (gr.expires_ms != 0 || !gr.principals.empty()) {
       TimedGrant tg{std::move(gr), {}};
       tg.set.add(tg.grant.pattern);
       p->timed_.push_back(std::move(tg));
@@ -173,6 +216,14 @@ Result<std::shared_ptr<const Policy>> Policy::from_doc(cfg::Doc& doc, int64_t no
     }
   }
   inject::parse_rules(root, &p->rules_);
+  if (!p->scoping_) {
+    for (const inject::Rule& r : p->rules_.inject)
+      if (!r.principals.empty())
+        p->warnings_.push_back(fmt::format("{}: switch '{}': principals are not applied: [scope] "
+                                           "mode is \"off\", so its credential goes to every "
+                                           "principal",
+                                           r.where, r.id));
+  }
   root.finish();
   FY_TRY(doc.result());
   return std::shared_ptr<const Policy>(std::move(p));
@@ -193,8 +244,11 @@ Verdict Policy::judge(const Target& t, int64_t now_ms, bool implicit) const {
   if (!granted) {
     for (const TimedGrant& tg : timed_) {
       const Grant& g = tg.grant;
-      if (g.expires_ms <= now_ms) continue;
+      if (g.expires_ms != 0 && g.expires_ms <= now_ms) continue;
       if (g.scope == Scope::build && !t.build) continue;
+      if (!g.principals.empty() && t.asker && t.asker->state != Asker::State::unknown &&
+          !names(g.principals, *t.asker))
+        continue;
       if (tg.set.covers(t.host, t.port, t.kind)) {
         granted = true;
         break;
@@ -209,6 +263,35 @@ Verdict Policy::judge(const Target& t, int64_t now_ms, bool implicit) const {
   }
   if (granted) return Verdict::allow;
   return enforcing(now_ms) ? Verdict::block : Verdict::would_block;
+}
+
+bool Policy::names(std::span<const std::string> selectors, const Asker& a) const {
+  for (const std::string& sel : selectors) {
+    if (sel == "box") {
+      for (const std::string& b : scope_box_)
+        if (selector_names(b, a)) return true;
+    } else if (selector_names(sel, a)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+std::span<const std::string> Policy::principals_of(const inject::Rule& rule) const {
+  return rule.principals.empty() ? std::span<const std::string>(scope_credentials_)
+                                 : std::span<const std::string>(rule.principals);
+}
+
+bool Policy::may_inject(const inject::Rule& rule, const Asker& a) const {
+  if (!scoping_ || a.state == Asker::State::unknown) return true;
+  return names(principals_of(rule), a);
+}
+
+std::string Policy::scope_summary() const {
+  if (!scoping_) return "off";
+  return fmt::format("on: credentials to {} (box = {}) · {} scoped grant{}",
+                     fmt::join(scope_credentials_, ", "), fmt::join(scope_box_, ", "),
+                     scoped_grants_, scoped_grants_ == 1 ? "" : "s");
 }
 
 bool Policy::tunnel(std::string_view dest, std::string_view sni, bool build) const {

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "core/result.h"
 #include "proxy/inject/rules.h"
 #include "proxy/policy/pattern.h"
+#include "proxy/policy/principals.h"
 
 namespace fy::cfg {
 class Doc;
@@ -36,6 +38,9 @@ struct Grant {
   Level level = Level::permanent;
   Scope scope = Scope::runtime;
   int64_t expires_ms = 0;  // 0: no expiry
+  // [scope] mode = "on": only these principals (empty: everyone). Selectors
+  // as proxy/policy/principals.h has them, "box" expanded by the policy.
+  std::vector<std::string> principals;
 };
 
 // What is judged: always the destination (CONNECT target or dialled
@@ -45,6 +50,9 @@ struct Target {
   uint16_t port = 0;
   Kind kind = Kind::connect;
   bool build = false;  // the connection proved a build secret
+  // Who asked, for grants scoped to principals. Null is an asker whose
+  // state is unknown (nothing attributed): a scoped grant applies to it.
+  const Asker* asker = nullptr;
 };
 
 inline constexpr int64_t kOnceGrantMs = 120 * 1000;
@@ -78,6 +86,21 @@ class Policy {
   // are refused (when the proxy has a stamp key). Default "record".
   bool require_attribution() const { return require_attribution_; }
 
+  // [scope] mode = "on" (docs/fy-proxy.md, "Scope"): credentials go only to
+  // the principals their rule (or [scope] credentials) names, and grants
+  // with principals only to those. Where nothing is attributed (an asker
+  // whose state is unknown: no stamp key) nothing is scoped.
+  bool scoping() const { return scoping_; }
+  // Whether the selectors name the asker ("box" expanded).
+  bool names(std::span<const std::string> selectors, const Asker& a) const;
+  // Whether `rule`'s credential may be written onto this asker's request.
+  bool may_inject(const inject::Rule& rule, const Asker& a) const;
+  // The rule's principals ("box" not expanded): its own, or [scope] credentials.
+  std::span<const std::string> principals_of(const inject::Rule& rule) const;
+  // "off", or "on: credentials to box (box = user) · 1 scoped grant" for the
+  // start line and /healthz.
+  std::string scope_summary() const;
+
   Mode mode() const { return mode_; }
   int64_t learn_until_ms() const { return learn_until_ms_; }
   int64_t observing_since_ms() const { return observing_since_ms_; }
@@ -107,6 +130,10 @@ class Policy {
   PatternSet passthrough_;
   inject::Rules rules_;
   bool require_attribution_ = false;
+  bool scoping_ = false;
+  std::vector<std::string> scope_box_{"user"};
+  std::vector<std::string> scope_credentials_{"box"};
+  size_t scoped_grants_ = 0;
   size_t grants_ = 0;
   std::string failure_;
   std::vector<std::string> warnings_;

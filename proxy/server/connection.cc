@@ -492,6 +492,16 @@ void Connection::apply_request(const admission::Decision& d) {
       answer(answers::held(d.held->body), d.close_after);
       return;
     case Answer::allowlist: refuse(ex_.row.host, d.close_after); return;
+    case Answer::scoped:
+      // [scope]: the credential is not for who asked. Answered as the
+      // provider would answer a missing credential; nothing goes upstream.
+      ++srv_.metrics().scoped_out;
+      ex_.row.scoped = d.rule->id;
+      log::info("c{} answered {} {}{} 401: switch '{}' is not for {} ([scope])", id_,
+                ex_.row.method, ex_.row.host, ex_.row.path, d.rule->id,
+                policy::asker_text(admission::asker_of(principal(), build_)));
+      answer(answers::scoped(d.detail), d.close_after);
+      return;
     case Answer::none: break;
   }
   close("admission returned an answer without a kind");
@@ -576,13 +586,27 @@ void Connection::on_credential(const inject::MintOutcome& out) {
     ex_.rule_id.clear();
     ex_.row.rule.clear();
     admission::Decision d =
-        admission::decide_unruled(ex_.dest, ex_.kind, build_proof(),
+        admission::decide_unruled(ex_.dest, ex_.kind, principal(), build_proof(),
                                   req_parser_.message_complete(), wall_ms(), srv_.policy());
     if (d.action != admission::Action::forward) {
       refuse(ex_.row.host, d.close_after);
       return;
     }
     forward_request(ex_.dest, ex_.kind, ex_.target);
+  } else if (admission::Decision d = admission::decide_minted(
+                 *rule, ex_.dest, ex_.target, principal(), build_proof(),
+                 req_parser_.message_complete(), srv_.policy());
+             d.action != admission::Action::forward) {
+    // The scope changed during the mint and the credential is no longer for
+    // who asked: answered as step 7 answers it, nothing injected.
+    log::info("c{} switch '{}''s scope changed while its credential was minted: not injected",
+              id_, ex_.rule_id);
+    ex_.rule_id.clear();
+    ex_.row.rule.clear();
+    ++srv_.metrics().scoped_out;
+    ex_.row.scoped = rule->id;
+    answer(answers::scoped(d.detail), d.close_after);
+    return;
   } else if (!out.ok) {
     answer_mint_failure(out.reason, false);
     return;

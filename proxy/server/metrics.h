@@ -44,6 +44,7 @@ struct Metrics {
   uint64_t injected = 0;
   uint64_t mint_failures = 0;   // requests answered 502 for a failed mint
   uint64_t held = 0;            // dummies answered 401
+  uint64_t scoped_out = 0;      // credentials not for who asked: answered 401 ([scope])
   uint64_t overlaps = 0;        // answered 502 for overlapping rules
   uint64_t replays = 0;         // re-issued after a 401
   uint64_t builds = 0;          // connections that proved a build secret

@@ -209,7 +209,17 @@ Result<void> Server::start() {
          ca_->cert_path().c_str(), config_.policy_file.c_str(), config_.netlog_file.c_str());
   fflush(stdout);
   log::info("{}", policy_->summary(wall_ms()));
+  scope_said_ = scope_text();
+  log::info("scope: {}", scope_said_);
   return {};
+}
+
+std::string Server::scope_text() const {
+  if (!policy_->scoping()) return "off: every principal gets every credential and grant";
+  if (config_.stamp_key_file.empty())
+    return "on in the policy, but nothing is attributed (no --stamp-key: the podman backend, or "
+           "no forwarder), so credentials and grants go to every connection, as with scope off";
+  return policy_->scope_summary() + "; unattributed connections get no credential";
 }
 
 Result<void> Server::make_default_dirs() {
@@ -339,6 +349,10 @@ void Server::reload(const char* why) {
   ++metrics_.reloads;
   install_policy(std::move(*p), false);
   log::info("policy reloaded ({}): {}", why, policy_->summary(wall_ms()));
+  if (std::string sc = scope_text(); sc != scope_said_) {
+    scope_said_ = std::move(sc);
+    log::info("scope: {}", scope_said_);
+  }
 }
 
 void Server::install_policy(std::shared_ptr<const policy::Policy> p, bool) {
@@ -589,9 +603,9 @@ void Server::close_handles() {
 std::string Server::health() const {
   int64_t now = wall_ms();
   return fmt::format(
-      "ok\npolicy: {}\n{}connections: {} (limit {})\n", policy_->summary(now),
-      policy_->failed_closed() ? "policy FAILED CLOSED: " + policy_->failure() + "\n" : "", open_,
-      max_connections_);
+      "ok\npolicy: {}\n{}scope: {}\nconnections: {} (limit {})\n", policy_->summary(now),
+      policy_->failed_closed() ? "policy FAILED CLOSED: " + policy_->failure() + "\n" : "",
+      scope_text(), open_, max_connections_);
 }
 
 std::string Server::render_metrics() const {
@@ -685,6 +699,9 @@ std::string Server::render_metrics() const {
   counter("fy_mint_failures_total",
           "Requests answered 502 because a credential could not be minted.", m.mint_failures);
   counter("fy_held_total", "Held dummies answered 401 by the proxy.", m.held);
+  counter("fy_scoped_out_total",
+          "Requests answered 401 because their credential is not for who asked ([scope]).",
+          m.scoped_out);
   counter("fy_overlaps_total", "Requests answered 502 for overlapping rules.", m.overlaps);
   counter("fy_replays_total", "Requests re-issued after a 401.", m.replays);
   counter("fy_builds_total", "Connections that proved a build secret.", m.builds);

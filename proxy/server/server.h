@@ -115,6 +115,10 @@ class Server {
 
   std::string render_metrics() const;
   std::string health() const;
+  // What scoping does with this policy and this proxy's attribution
+  // (docs/fy-proxy.md, "Scope"): "off", "on: ...", or that it is on but
+  // nothing is attributed (no --stamp-key), so nothing is scoped.
+  std::string scope_text() const;
 
  private:
   void on_connection(uv_stream_t* listener);
@@ -154,7 +158,8 @@ class Server {
   std::unique_ptr<Admin> admin_;
   Metrics metrics_;
   std::string stamp_key_;
-  std::string stamp_key_error_;  // the last key reload error reported (said once)
+  std::string stamp_key_error_;
+  std::string scope_said_;       // the scope line last logged (said again when it changes)  // the last key reload error reported (said once)
   stamp::ReplayGuard replay_;
   WouldBlockLimiter would_block_;
   std::unordered_map<std::string, std::string> resolve_;

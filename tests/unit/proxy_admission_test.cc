@@ -510,14 +510,280 @@ passthrough = []
 TEST_CASE("admission: a request whose rule changed while its credential was minted") {
   HostPort tracker{"api.tracker.example", 443};
   // Still admitted (an injector host over HTTPS :443): forwarded, no rule.
-  adm::Decision d = adm::decide_unruled(tracker, Kind::https, {}, true, kNow, base());
+  adm::Decision d = adm::decide_unruled(tracker, Kind::https, {}, {}, true, kNow, base());
   CHECK(d.action == Action::forward);
   CHECK(d.rule == nullptr);
   // Refused once the rule (and so the implicit admission) is gone.
   auto without = load("allow = []\n");
-  d = adm::decide_unruled(tracker, Kind::https, {}, false, kNow, *without);
+  d = adm::decide_unruled(tracker, Kind::https, {}, {}, false, kNow, *without);
   CHECK(d.action == Action::answer);
   CHECK(d.answer == Answer::allowlist);
   CHECK(d.close_after);
   CHECK(d.key == "api.tracker.example");
+}
+
+// Scope (docs/fy-proxy.md, "Scope"): credentials and grants for the
+// principals the policy names, decided at step 7 (and step 4 for grants).
+namespace {
+
+constexpr const char* kBoxNet = "podman1";
+constexpr const char* kSibling =
+    "container:1111111111111111111111111111111111111111111111111111111111111111";
+
+const char* kScoped = R"(
+allow = ["pypi.org"]
+
+[scope]
+mode = "on"
+box = ["user", "net:podman1/10.89.1.2"]
+
+[[inject]]
+switch = "tracker"
+host = "api.tracker.example"
+
+[[inject]]
+switch = "cms"
+host = "api.cms.example"
+principals = ["box", "net:podman1/10.89.1.7"]
+refused_body = '{"errors":[{"message":"Unauthorized"}]}'
+
+[[inject]]
+switch = "anth"
+host = "api.anthropic.test"
+
+[[inject]]
+switch = "bld"
+host = "api.build.example"
+principals = ["build"]
+
+[[held]]
+host = "api.anthropic.test"
+header = "x-api-key"
+dummy = "sk-ant-dummy"
+body = '{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}'
+
+[[grant]]
+host = "eval.example"
+principals = ["container:1111111111111111111111111111111111111111111111111111111111111111"]
+
+[[grant]]
+host = "boxonly.example"
+principals = ["box"]
+)";
+
+struct Who {
+  Attribution attribution;
+  const char* src;
+  const char* net;
+  const char* who;
+};
+constexpr Who kUser{Attribution::attributed, "127.0.0.1", "host", "user"};
+constexpr Who kBoxBridge{Attribution::attributed, "10.89.1.2", kBoxNet, ""};
+constexpr Who kService{Attribution::attributed, "10.89.1.7", kBoxNet, ""};
+constexpr Who kOtherBridge{Attribution::attributed, "10.89.1.9", kBoxNet, ""};
+constexpr Who kSib{Attribution::attributed, "127.0.0.1", "host", kSibling};
+constexpr Who kBuild{Attribution::attributed, "127.0.0.1", "host", "build:crun-buildah-x.scope"};
+constexpr Who kUnattributed{Attribution::unattributed, "", "", ""};
+constexpr Who kNothing{Attribution::none, "", "", ""};
+
+struct ScopeRow {
+  const char* what;
+  bool on = true;            // false: the same policy with [scope] mode = "off"
+  Who who;
+  const char* host = "api.tracker.example";
+  const char* header = nullptr;
+  bool proved = false;         // the connection proved a build secret
+  Action action = Action::forward;
+  Answer answer = Answer::none;
+  const char* rule = nullptr;  // forward: injected; scoped: the rule refused
+  const char* body = nullptr;  // scoped: the answer's body starts with this
+};
+
+const ScopeRow kScopeRows[] = {
+    {.what = "on: the box (the VM user) gets the credential", .who = kUser, .rule = "tracker"},
+    {.what = "on: the box (its bridge address, as [scope] box names it) gets it",
+     .who = kBoxBridge, .rule = "tracker"},
+    {.what = "on: a sibling container's identical request is answered 401, nothing injected",
+     .who = kSib, .action = Action::answer, .answer = Answer::scoped, .rule = "tracker",
+     .body = "{\"message\":\"foldyard did not send this request: the credential for "
+             "api.tracker.example (switch 'tracker') is not for container:1111"},
+    {.what = "on: another address on the box's network is not the box", .who = kOtherBridge,
+     .action = Action::answer, .answer = Answer::scoped, .rule = "tracker",
+     .body = "{\"message\":\"foldyard did not send this request: the credential for "
+             "api.tracker.example (switch 'tracker') is not for net:podman1/10.89.1.9"},
+    {.what = "on: a build step is not the box", .who = kBuild, .action = Action::answer,
+     .answer = Answer::scoped, .rule = "tracker"},
+    {.what = "on: an unattributed connection gets no credential", .who = kUnattributed,
+     .action = Action::answer, .answer = Answer::scoped, .rule = "tracker",
+     .body = "{\"message\":\"foldyard did not send this request: the credential for "
+             "api.tracker.example (switch 'tracker') is not for unattributed"},
+    {.what = "on, nothing attributed (no stamp key): today's behaviour, injected",
+     .who = kNothing, .rule = "tracker"},
+    {.what = "on: a rule's own principals name a stack service", .who = kService,
+     .host = "api.cms.example", .rule = "cms"},
+    {.what = "on: a rule's own principals include the box", .who = kUser,
+     .host = "api.cms.example", .rule = "cms"},
+    {.what = "on: the rule's refused_body is the provider-shaped answer", .who = kSib,
+     .host = "api.cms.example", .action = Action::answer, .answer = Answer::scoped,
+     .rule = "cms", .body = "{\"errors\":[{\"message\":\"Unauthorized\"}]}"},
+    {.what = "on: without refused_body, a held entry's body for the host is the answer",
+     .who = kSib, .host = "api.anthropic.test", .header = "x-api-key: sk-ant-dummy",
+     .action = Action::answer, .answer = Answer::scoped, .rule = "anth",
+     .body = "{\"type\":\"error\",\"error\":{\"type\":\"authentication_error\""},
+    {.what = "on: \"build\" names a build step's stamp", .who = kBuild,
+     .host = "api.build.example", .rule = "bld"},
+    {.what = "on: \"build\" names a proved build secret, stamped or not", .who = kUnattributed,
+     .host = "api.build.example", .proved = true, .rule = "bld"},
+    {.what = "on: \"build\" is not the box", .who = kUser, .host = "api.build.example",
+     .action = Action::answer, .answer = Answer::scoped, .rule = "bld"},
+    {.what = "on: a proved build secret is not the box", .who = kUnattributed, .proved = true,
+     .action = Action::answer, .answer = Answer::scoped, .rule = "tracker"},
+    {.what = "off: a sibling gets the credential, as before", .on = false, .who = kSib,
+     .rule = "tracker"},
+    {.what = "off: an unattributed connection gets the credential, as before", .on = false,
+     .who = kUnattributed, .rule = "tracker"},
+    {.what = "off: a rule's own principals are not applied", .on = false, .who = kSib,
+     .host = "api.cms.example", .rule = "cms"},
+};
+
+const Policy& scoped_policy(bool on) {
+  static auto p_on = load(kScoped);
+  static auto p_off = [] {
+    std::string t = kScoped;
+    t.replace(t.find("mode = \"on\""), 11, "mode = \"off\"");
+    return load(t);
+  }();
+  return on ? *p_on : *p_off;
+}
+
+adm::Decision run_scoped(const Who& who, const char* host, const char* header, const char* target,
+                         Kind kind, const Policy& pol, bool proved = false) {
+  std::vector<fy::http::Header> headers;
+  headers.push_back({"Host", host});
+  if (header) {
+    std::string_view h = header;
+    size_t colon = h.find(':');
+    headers.push_back({h.substr(0, colon), h.substr(colon + 2)});
+  }
+  adm::Inside inside{{host, static_cast<uint16_t>(kind == Kind::https ? 443 : 80)}, kind, host};
+  adm::Request r;
+  r.principal = {who.attribution, who.src, who.net, who.who};
+  r.build.proved = proved;
+  r.build.proxy_auth_seen = proved;
+  r.inside = kind == Kind::https ? &inside : nullptr;
+  r.method = "GET";
+  r.target = target;
+  r.host = std::string_view(host);
+  r.headers = headers;
+  r.now_ms = kNow;
+  return adm::decide_request(r, pol);
+}
+
+}  // namespace
+
+TEST_CASE("admission: scope, one row each") {
+  for (const ScopeRow& row : kScopeRows) {
+    CAPTURE(row.what);
+    adm::Decision d =
+        run_scoped(row.who, row.host, row.header, "/v1/x", Kind::https, scoped_policy(row.on),
+                   row.proved);
+    CHECK(d.action == row.action);
+    CHECK(d.answer == row.answer);
+    if (row.rule) {
+      REQUIRE(d.rule != nullptr);
+      CHECK(d.rule->id == row.rule);
+    } else {
+      CHECK(d.rule == nullptr);
+    }
+    if (row.body) CHECK(d.detail.substr(0, std::string_view(row.body).size()) == row.body);
+    if (d.answer == Answer::scoped) CHECK_FALSE(d.close_after);
+  }
+}
+
+TEST_CASE("admission: scoped grants") {
+  const Policy& on = scoped_policy(true);
+  const Policy& off = scoped_policy(false);
+  auto get = [&](const Who& who, const char* host, const Policy& pol) {
+    std::string target = std::string("http://") + host + "/";
+    return run_scoped(who, host, nullptr, target.c_str(), Kind::cleartext, pol);
+  };
+  // A grant for one container: that container only.
+  CHECK(get(kSib, "eval.example", on).action == Action::forward);
+  CHECK(get(kUser, "eval.example", on).answer == Answer::allowlist);
+  CHECK(get(kUnattributed, "eval.example", on).answer == Answer::allowlist);
+  // A grant for the box: the box's listed principals only.
+  CHECK(get(kUser, "boxonly.example", on).action == Action::forward);
+  CHECK(get(kBoxBridge, "boxonly.example", on).action == Action::forward);
+  CHECK(get(kSib, "boxonly.example", on).answer == Answer::allowlist);
+  CHECK(get(kOtherBridge, "boxonly.example", on).answer == Answer::allowlist);
+  // An unscoped allow entry is everyone's.
+  CHECK(get(kSib, "pypi.org", on).action == Action::forward);
+  CHECK(get(kUnattributed, "pypi.org", on).action == Action::forward);
+  // Nothing attributed, or scope off: a scoped grant is everyone's.
+  CHECK(get(kNothing, "eval.example", on).action == Action::forward);
+  CHECK(get(kUser, "eval.example", off).action == Action::forward);
+  CHECK(get(kUnattributed, "boxonly.example", off).action == Action::forward);
+  // With scope off, principals are warned about, not applied.
+  CHECK_FALSE(off.warnings().empty());
+  CHECK(on.scope_summary() == "on: credentials to box (box = user, net:podman1/10.89.1.2) · 2 "
+                              "scoped grants");
+  CHECK(off.scope_summary() == "off");
+
+  // An open connection re-judged: a scoped grant that is not the asker's closes it.
+  HostPort eval{"eval.example", 80};
+  adm::Open o;
+  o.principal = {kUser.attribution, kUser.src, kUser.net, kUser.who};
+  o.exchange = true;
+  o.exchange_dest = eval;
+  o.exchange_kind = Kind::cleartext;
+  o.origin = &eval;
+  o.now_ms = kNow;
+  CHECK(adm::decide_open(o, on).why == Why::refused_now);
+  o.principal = {kSib.attribution, kSib.src, kSib.net, kSib.who};
+  CHECK(adm::decide_open(o, on).action == Action::keep);
+  // And a re-judged request whose rule changed meanwhile.
+  CHECK(adm::decide_unruled(eval, Kind::cleartext, o.principal, {}, true, kNow, on).action ==
+        Action::forward);
+  CHECK(adm::decide_unruled(eval, Kind::cleartext, {Attribution::unattributed, "", "", ""}, {},
+                            true, kNow, on)
+            .answer == Answer::allowlist);
+}
+
+TEST_CASE("admission: a credential minted after the scope changed") {
+  const Policy& on = scoped_policy(true);
+  const Policy& off = scoped_policy(false);
+  const fy::inject::Rule* rule = on.rules().by_id("tracker");
+  REQUIRE(rule != nullptr);
+  HostPort tracker{"api.tracker.example", 443};
+  adm::Principal sib{kSib.attribution, kSib.src, kSib.net, kSib.who};
+  adm::Principal user{kUser.attribution, kUser.src, kUser.net, kUser.who};
+  adm::Decision d = adm::decide_minted(*rule, tracker, "/v1/x", sib, {}, true, on);
+  CHECK(d.action == Action::answer);
+  CHECK(d.answer == Answer::scoped);
+  CHECK(d.rule == rule);
+  CHECK_FALSE(d.close_after);
+  CHECK(adm::decide_minted(*rule, tracker, "/v1/x", sib, {}, false, on).close_after);
+  d = adm::decide_minted(*rule, tracker, "/v1/x", user, {}, true, on);
+  CHECK(d.action == Action::forward);
+  CHECK(d.rule == rule);
+  const fy::inject::Rule* off_rule = off.rules().by_id("tracker");
+  CHECK(adm::decide_minted(*off_rule, tracker, "/v1/x", sib, {}, true, off).action ==
+        Action::forward);
+}
+
+TEST_CASE("admission: scope's settings are validated") {
+  auto bad = [](const std::string& text) {
+    auto p = Policy::parse(text, "p.toml", kNow);
+    REQUIRE_FALSE(p);
+    return p.error().message;
+  };
+  CHECK(bad("[scope]\nmode = \"yes\"\n").find("not a scope mode") != std::string::npos);
+  CHECK(bad("[scope]\nbox = [\"container:web\"]\n").find("64-hex id") != std::string::npos);
+  CHECK(bad("[scope]\nbox = [\"box\"]\n").find("box cannot name itself") != std::string::npos);
+  CHECK(bad("[scope]\ncredentials = []\n").find("names nobody") != std::string::npos);
+  CHECK(bad("[[grant]]\nhost = \"a.example\"\nprincipals = [\"service:proj/web\"]\n")
+            .find("compose services are not known at admission") != std::string::npos);
+  CHECK(bad("[[inject]]\nswitch = \"t\"\nhost = \"a.example\"\nprincipals = [\"root\"]\n")
+            .find("'root' is not a principal") != std::string::npos);
+  CHECK(bad("[scope]\nmode = \"on\"\nfoo = 1\n").find("foo") != std::string::npos);
 }

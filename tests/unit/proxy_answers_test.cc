@@ -70,6 +70,21 @@ TEST_CASE("401: a held dummy is answered with the held entry's body") {
   CHECK(r.body == body);
 }
 
+TEST_CASE("401: a credential not for who asked ([scope]) is answered provider-shaped") {
+  std::string body = R"({"errors":[{"message":"Unauthorized"}]})";
+  auto r = answers::scoped(body);
+  CHECK(r.status == 401);
+  CHECK(std::string(r.content_type) == answers::kJson);
+  CHECK(r.body == body);
+  CHECK(answers::scoped_json("api.tracker.example", "tracker", "net:podman1/10.89.1.9") ==
+        R"({"message":"foldyard did not send this request: the credential for )"
+        R"(api.tracker.example (switch 'tracker') is not for net:podman1/10.89.1.9 (on your )"
+        R"x(computer: the policy's [scope] names who it is for)"})x");
+  // The principal is the stamp's (its character set has no quote), but the
+  // body is JSON whatever it holds.
+  CHECK(answers::scoped_json("h", "s\"x", "p").find(R"(switch 's\"x')") != std::string::npos);
+}
+
 TEST_CASE("407: a build-only destination, no credentials sent") {
   auto r = answers::build_challenge("files.pythonhosted.org");
   CHECK(r.status == 407);
