@@ -8,10 +8,13 @@ host, to every private range: the old default), where it gets out, and
 under the wall with `dns_forwarder`, where it does not. docs/wall-escapes.md
 rows 102-111 are these tests.
 """
+import json
 import os
+import signal
 import socket
 import struct
 import subprocess
+import tempfile
 import time
 import unittest
 
@@ -323,6 +326,161 @@ class DnsForwarder(unittest.TestCase):
         self.assertEqual(r.returncode, 3, r.stderr)
         self.assertIn("dns_forwarder", r.stderr)
         self.assertIn("127.0.0.0/8", r.stderr)
+
+
+class AllowFromPolicyAndReload(unittest.TestCase):
+    """The allow list rendered from fy-proxy's policy by fy-dnsfwd-allow (on
+    the host) into fy-dnsfwd's allow_file, and SIGHUP: the new list and rate
+    apply at once, a query upstream across the reload is answered, a bad
+    config or allow file on reload is refused and the running one kept."""
+
+    SLOW_PORT = 5300
+    DELAY = 0.8
+
+    @classmethod
+    def setUpClass(cls):
+        cls.mark = len(n._undo)
+        cls.t = d.DnsTopology()
+        # the upstream answers 0.8 s late, so a query can be in flight at a reload
+        cls.slow = d.Stand(cls.t.host, "slow", d.RESOLVER, str(cls.SLOW_PORT), str(cls.DELAY))
+        cls.t.wall(forwarder=True)
+        fd, cls.policy = tempfile.mkstemp(prefix=f"fyw-{n.PID}-policy-", suffix=".toml")
+        os.close(fd)
+        n.on_cleanup(lambda: os.unlink(cls.policy), f"file {cls.policy}")
+        cls.allow_file = cls.policy + ".allow"
+        n.on_cleanup(lambda: os.path.exists(cls.allow_file) and os.unlink(cls.allow_file),
+                     f"file {cls.allow_file}")
+
+    @classmethod
+    def tearDownClass(cls):
+        n.cleanup(cls.mark)
+
+    def render(self, policy_text):
+        with open(self.policy, "w") as f:
+            f.write(policy_text)
+        return n.sh(d.FY_DNSFWD_ALLOW, self.policy, "--out", self.allow_file, check=False)
+
+    def config(self, rate=20, burst=20):
+        return self.t.dnsfwd_config(upstream=f"{d.RESOLVER}:{self.SLOW_PORT}", allow=[],
+                                    rate=rate, burst=burst, timeout_ms=3000,
+                                    listen=[(d.FWD, "", "vm")],
+                                    extra=f'allow_file = "{self.allow_file}"\n')
+
+    def ask(self, name, **kw):
+        return d.dnsprobe(self.t.guest, U, "query", d.RESOLVER, name, "--timeout", "3",
+                          *[f"--{k}={v}" for k, v in kw.items()])
+
+    def stderr(self, err):
+        with open(err) as f:
+            return f.read()
+
+    def wait_for(self, err, text, after=0):
+        deadline = time.monotonic() + 5
+        while text not in self.stderr(err)[after:]:
+            self.assertLess(time.monotonic(), deadline, f"no {text!r}: {self.stderr(err)}")
+            time.sleep(0.02)
+
+    def test_the_policy_renders_the_allow_list(self):
+        r = self.render('mode = "enforce"\n'
+                        'allow = ["pypi.org", "*.npmjs.org", "api.example.com:8443", "10.1.2.3"]\n'
+                        'build_allow = ["files.pythonhosted.org"]\n'
+                        '[[grant]]\nhost = "github.com:22"\n'
+                        '[[grant]]\nhost = "old.example.net"\nlevel = "once"\n'
+                        'expires = 2020-01-01T00:00:00Z\n')
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(self.allow_file) as f:
+            names = [l.strip() for l in f if l.strip() and not l.startswith("#")]
+        # ports and wildcards off, IP literals and the expired grant left out
+        self.assertEqual(names, ["api.example.com", "files.pythonhosted.org", "github.com",
+                                 "npmjs.org", "pypi.org"])
+        # a policy the proxy fails closed on renders nothing, and the old file stays
+        r = self.render('allow = ["pypi.org"\n')
+        self.assertEqual(r.returncode, 3, r.stderr)
+        self.assertIn(f"{self.policy}:", r.stderr)
+        self.assertIn("nothing rendered", r.stderr)
+        with open(self.allow_file) as f:
+            self.assertIn("npmjs.org", f.read())
+        # observing: said, since DNS is narrower than the proxy then
+        r = self.render('mode = "observe"\nallow = ["pypi.org"]\n')
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("observe mode", r.stderr)
+
+    def test_sighup_reloads_the_rendered_list_and_keeps_queries_in_flight(self):
+        self.assertEqual(self.render('allow = ["pypi.org"]\n').returncode, 0)
+        p, log, err = self.t.start_dnsfwd(self.config())
+        try:
+            self.assertEqual(self.ask("files.pypi.org")["rcodes"], {"0": 1})
+            self.assertEqual(self.ask("api.github.com")["rcodes"], {"5": 1})
+            # the policy now allows github.com, not pypi.org; a pypi query is upstream
+            # (0.8 s) when the reload lands: it is still answered
+            self.assertEqual(self.render('allow = ["github.com:22"]\n').returncode, 0)
+            cmd = n.nsexec(self.t.guest, "setpriv", f"--reuid={U}", f"--regid={U}",
+                           "--clear-groups", n.PY, d.DNSPROBE, "query", d.RESOLVER,
+                           "inflight.pypi.org", "--timeout", "4")
+            q = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, text=True)
+            time.sleep(0.3)  # asked, and upstream for another 0.5 s
+            mark = len(self.stderr(err))
+            p.send_signal(signal.SIGHUP)
+            self.wait_for(err, "reloaded", mark)
+            self.assertIsNone(q.poll(), "the query was answered before the reload")
+            out, _ = q.communicate(timeout=10)
+            r = json.loads(out.strip().splitlines()[-1])
+            self.assertEqual(r["rcodes"], {"0": 1}, r)  # in flight across the reload
+            line = [l for l in d.read_log(log) if l.get("name") == "inflight.pypi.org"]
+            self.assertEqual([l["verdict"] for l in line], ["forwarded"], line)
+            self.assertGreater(line[0]["ms"], 700, line)
+            self.assertIn("1 allowed suffix(es)", self.stderr(err)[mark:])
+            self.assertEqual(self.ask("api.github.com")["rcodes"], {"0": 1})
+            self.assertEqual(self.ask("files.pypi.org")["rcodes"], {"5": 1})
+
+            # a bad allow file on reload: refused with where and what, the old list kept
+            with open(self.allow_file, "w") as f:
+                f.write("github.com\nnot a name!\n")
+            mark = len(self.stderr(err))
+            p.send_signal(signal.SIGHUP)
+            self.wait_for(err, "reload refused", mark)
+            self.assertIn(f"{self.allow_file}:2:", self.stderr(err)[mark:])
+            self.assertEqual(self.ask("api.github.com")["rcodes"], {"0": 1})
+            # a bad config: the same
+            cfg = self.config()
+            with open(cfg, "a") as f:
+                f.write("rate = \"fast\"\n")
+            self.render('allow = ["github.com"]\n')
+            self.copy(cfg, self.config_path(p))
+            mark = len(self.stderr(err))
+            p.send_signal(signal.SIGHUP)
+            self.wait_for(err, "reload refused", mark)
+            self.assertEqual(self.ask("api.github.com")["rcodes"], {"0": 1})
+            self.assertIsNone(p.poll())
+        finally:
+            d.stop_dnsfwd(p, err)
+
+    def test_sighup_reloads_the_rate(self):
+        self.assertEqual(self.render('allow = ["pypi.org"]\n').returncode, 0)
+        p, log, err = self.t.start_dnsfwd(self.config(rate=20, burst=20))
+        try:
+            # REFUSED names are answered locally (no upstream wait); the rate is charged first
+            r = self.ask("x.refused.example", count=5, timeout=0.5)
+            self.assertEqual(r["rcodes"], {"5": 5}, r)
+            self.copy(self.config(rate=0.1, burst=1), self.config_path(p))
+            mark = len(self.stderr(err))
+            p.send_signal(signal.SIGHUP)
+            self.wait_for(err, "reloaded", mark)
+            self.assertIn("rate 0.1", self.stderr(err)[mark:])
+            r = self.ask("y.refused.example", count=5, timeout=0.3)
+            self.assertEqual(r["answered"], 1, r)  # the new burst: one, then 0.1/s
+            self.assertEqual(r["timeouts"], 4, r)
+        finally:
+            d.stop_dnsfwd(p, err)
+
+    @staticmethod
+    def copy(src, dst):
+        with open(src) as f, open(dst, "w") as g:
+            g.write(f.read())
+
+    @staticmethod
+    def config_path(p):
+        return p.args[p.args.index("--config") + 1]
 
 
 if __name__ == "__main__":

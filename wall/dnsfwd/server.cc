@@ -276,6 +276,16 @@ void Server::close() {
   pending_.clear();
 }
 
+std::string Server::reload(Config next) {
+  std::string kept = needs_restart(cfg_, next);
+  next.listen = std::move(cfg_.listen);
+  next.upstream = std::move(cfg_.upstream);
+  next.log = std::move(cfg_.log);
+  rate_.set_limits(next.policy.rate, next.policy.burst, next.policy.max_sources);
+  cfg_ = std::move(next);
+  return kept;
+}
+
 void Server::on_udp(Listener* l, ssize_t n, const uv_buf_t* buf, const sockaddr* from,
                     unsigned) {
   if (n <= 0 || !from) {
