@@ -215,6 +215,28 @@ TEST_CASE("needs_restart names what a reload keeps as it runs") {
   CHECK(needs_restart(*a, *c) == "[[listen]], upstream, log");
 }
 
+TEST_CASE("config: a listener's redirect needs a netns and an address off loopback") {
+  const char* up = "upstream = [\"192.168.5.3\"]\n";
+  auto a = parse_config(std::string(up) + "[[listen]]\naddress = \"127.42.0.53\"\n"
+                        "[[listen]]\naddress = \"10.89.0.1:5353\"\nnetns = \"/run/netns/b\"\n",
+                        "f.toml");
+  REQUIRE(a);
+  CHECK_FALSE(a->listen[0].redirect);
+  CHECK(a->listen[1].redirect);  // the default with a netns
+  auto b = parse_config(std::string(up) + "[[listen]]\naddress = \"127.42.0.53\"\nredirect = true\n",
+                        "f.toml");
+  REQUIRE_FALSE(b);
+  CHECK(b.error().message.find("needs netns") != std::string::npos);
+  auto c = parse_config(std::string(up) + "[[listen]]\naddress = \"127.0.0.1\"\nnetns = \"/n\"\n",
+                        "f.toml");
+  REQUIRE_FALSE(c);
+  CHECK(c.error().message.find("martians") != std::string::npos);
+  auto d = parse_config(std::string(up) + "[[listen]]\naddress = \"127.0.0.1\"\nnetns = \"/n\"\n"
+                        "redirect = false\n",
+                        "f.toml");
+  CHECK(d);
+}
+
 #include "wall/config.h"
 #include "wall/parse.h"
 #include "wall/render.h"

@@ -6,7 +6,7 @@ Each class of escape the forwarder closes is tried twice: under the machine
 wall as it is on main (DNS admitted to the VM's resolver, or, for the LAN
 host, to every private range: the old default), where it gets out, and
 under the wall with `dns_forwarder`, where it does not. docs/wall-escapes.md
-rows 102-111 are these tests.
+rows 102-112 are these tests.
 """
 import json
 import os
@@ -280,8 +280,11 @@ class DnsForwarder(unittest.TestCase):
              "rate"),
             ('upstream = ["192.168.5.3"]\nallowed = ["x"]\n[[listen]]\naddress = "127.42.0.53"\n',
              3, "allowed"),
-            ('upstream = ["192.168.5.3"]\n[[listen]]\naddress = "127.42.0.53"\n'
+            ('upstream = ["192.168.5.3"]\n[[listen]]\naddress = "10.89.0.1:5353"\n'
              'netns = "/run/netns/fyw-none"\n', 4, "cannot open the namespace"),
+            # a bridge's redirect cannot send containers to loopback (martians)
+            ('upstream = ["192.168.5.3"]\n[[listen]]\naddress = "127.42.0.53"\n'
+             'netns = "/run/netns/fyw-none"\n', 3, "martians"),
             ('upstream = ["192.168.5.3"]\n[[listen]]\naddress = "192.168.5.15:53"\n'
              '[[listen]]\naddress = "192.168.5.15:53"\n', 4, "another resolver holds"),
         ]
@@ -481,6 +484,85 @@ class AllowFromPolicyAndReload(unittest.TestCase):
     @staticmethod
     def config_path(p):
         return p.args[p.args.index("--config") + 1]
+
+
+class BridgeRedirect(unittest.TestCase):
+    """The bridge namespace's :53 (row 112): fy-dnsfwd installs, in the
+    namespace of a [[listen]] with netns, a prerouting DNAT of every port 53
+    to its bridge listener. A container asking a LAN host's :53, or aardvark
+    on the gateway, meets fy-dnsfwd. Control: the same listener with
+    redirect = false (as before this table existed): the LAN host's :53 takes
+    any bytes, aardvark answers any name."""
+
+    LISTEN = f"{d.BRIDGE_GW}:5353"
+
+    @classmethod
+    def setUpClass(cls):
+        cls.mark = len(n._undo)
+        cls.t = d.DnsTopology()
+        # the bridge namespace's way out, as slirp/pasta gives it: to the host,
+        # which routes to the LAN
+        n.veth(cls.t.bridge, ["10.88.0.2/24"], cls.t.host, ["10.88.0.1/24"])
+        n.sh("ip", "-n", cls.t.bridge, "route", "add", "default", "via", "10.88.0.1")
+        n.sh("ip", "-n", cls.t.host, "route", "add", "10.89.0.0/24", "via", "10.88.0.2")
+        n.in_ns(cls.t.bridge, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+        cls.aardvark = d.Stand(cls.t.bridge, "auth", d.BRIDGE_GW)
+
+    @classmethod
+    def tearDownClass(cls):
+        n.cleanup(cls.mark)
+
+    def start(self, redirect):
+        cfg = self.t.dnsfwd_config(listen=[(d.FWD, "", "vm"),
+                                           (self.LISTEN, f"/run/netns/{self.t.bridge}", "bridge")])
+        if not redirect:
+            with open(cfg, "a") as f:
+                f.write("redirect = false\n")
+        return self.t.start_dnsfwd(cfg)
+
+    def test_a_containers_port_53_anywhere_goes_to_the_forwarder(self):
+        p, log, err = self.start(redirect=False)
+        try:
+            r = n.probe(self.t.ctr, 0, "tcp", d.LAN, 53)
+            self.assertEqual(r["reply"], f"lan tcp {d.LAN}:53", r)  # the LAN host's :53 answers
+            r = d.dnsprobe(self.t.ctr, 0, "query", d.BRIDGE_GW, "old.t.example", "--qtype", "TXT")
+            self.assertEqual(r["rcodes"], {"0": 1}, r)  # aardvark answers any name
+            self.assertTrue([x for x in self.aardvark.records() if x["name"] == "old.t.example"])
+            self.assertEqual(d.read_log(log), [])
+        finally:
+            d.stop_dnsfwd(p, err)
+        p, log, err = self.start(redirect=True)
+        try:
+            with open(err) as f:
+                self.assertIn("port 53 redirected to " + self.LISTEN, f.read())
+            rules = n.in_ns(self.t.bridge, "nft", "list", "table", "ip", "fy_dnsfwd_redirect").stdout
+            self.assertIn(f"udp dport 53 dnat to {self.LISTEN}", rules)
+            self.assertIn(f"tcp dport 53 dnat to {self.LISTEN}", rules)
+            seen = len(self.t.lan_srv.records())
+            r = d.dnsprobe(self.t.ctr, 0, "raw", d.LAN, "SSH-2.0-OpenSSH_9.2\r\n", "--tcp")
+            self.assertEqual(r["outcome"], "closed", r)
+            r = d.dnsprobe(self.t.ctr, 0, "query", d.LAN, "lan.github.com")
+            self.assertEqual(r["rcodes"], {"0": 1}, r)
+            self.assertEqual(r["from"], f"{d.LAN}:53", r)  # the container sees the LAN host answer
+            self.assertEqual(len(self.t.lan_srv.records()), seen)  # which saw nothing
+            r = d.dnsprobe(self.t.ctr, 0, "query", d.BRIDGE_GW, "new.t.example", "--qtype", "TXT")
+            self.assertEqual(r["rcodes"], {"5": 1}, r)  # REFUSED by fy-dnsfwd, not aardvark
+            self.assertFalse([x for x in self.aardvark.records() if x["name"] == "new.t.example"])
+            lines = d.read_log(log)
+            lan = [l for l in lines if l.get("name") == "lan.github.com"]
+            self.assertEqual([(l["ns"], l["verdict"]) for l in lan], [("bridge", "forwarded")], lines)
+            self.assertTrue(lan[0]["src"].startswith(f"{d.CTR}:"), lan)
+        finally:
+            d.stop_dnsfwd(p, err)
+        # left in place when fy-dnsfwd stops: DNS fails closed, nothing reaches the LAN host
+        r = d.dnsprobe(self.t.ctr, 0, "raw", d.LAN, "SSH-2.0-OpenSSH_9.2\r\n", "--tcp")
+        self.assertIn(r["outcome"], ("refused", "closed"), r)
+        self.assertEqual(len(self.t.lan_srv.records()), seen)
+        # and a restart replaces the table whole: one rule each, not two
+        p, log, err = self.start(redirect=True)
+        d.stop_dnsfwd(p, err)
+        rules = n.in_ns(self.t.bridge, "nft", "list", "table", "ip", "fy_dnsfwd_redirect").stdout
+        self.assertEqual(rules.count("udp dport 53 dnat"), 1, rules)
 
 
 if __name__ == "__main__":

@@ -87,6 +87,21 @@ Result<Config> parse_config(std::string_view text, const std::string& path) {
     if (auto v = l.string("netns")) out.netns = *v;
     if (auto v = l.string("name")) out.name = *v;
     if (out.name.empty()) out.name = out.netns.empty() ? "vm" : out.netns;
+    out.redirect = !out.netns.empty();
+    if (auto v = l.boolean("redirect")) {
+      if (*v && out.netns.empty()) {
+        l.error("redirect", "needs netns: the VM's own namespace is redirected by the wall "
+                            "([machine] dns_forwarder), not by fy-dnsfwd");
+      }
+      out.redirect = *v;
+    }
+    if (out.redirect && (out.address.host.rfind("127.", 0) == 0 || out.address.host == "::1")) {
+      l.error("address", fmt::format("{} is a loopback address, which a bridge's redirect "
+                                     "cannot send containers to (the kernel drops them as "
+                                     "martians) — listen on the bridge's address, e.g. "
+                                     "\"10.89.0.1:5353\", or set redirect = false",
+                                     out.address.host));
+    }
     l.finish();
     c.listen.push_back(std::move(out));
   }

@@ -19,6 +19,8 @@
 //   address = "127.42.0.53"             # "ip" (port 53) or "ip:port"
 //   netns = "/run/netns/bridge"         # optional: the namespace to listen in
 //   name = "vm"                         # logged as "ns"; default "vm" or the netns path
+//   redirect = true                     # with netns: send that namespace's :53 here
+//                                       # (wall/dnsfwd/redirect.h); default true there
 #pragma once
 
 #include <cstdint>
@@ -36,6 +38,10 @@ struct Listen {
   HostPort address;
   std::string netns;  // "" = the daemon's own namespace
   std::string name;
+  // Install the bridge namespace's :53 redirect (wall/dnsfwd/redirect.h)
+  // there. Default: true when `netns` is set; refused without one (the VM's
+  // namespace has the wall's dns_redirect).
+  bool redirect = false;
 };
 
 struct Config {
