@@ -6,7 +6,7 @@ Each class of escape the forwarder closes is tried twice: under the machine
 wall as it is on main (DNS admitted to the VM's resolver, or, for the LAN
 host, to every private range: the old default), where it gets out, and
 under the wall with `dns_forwarder`, where it does not. docs/wall-escapes.md
-rows 102-112 are these tests.
+rows 102-113 are these tests.
 """
 import json
 import os
@@ -174,6 +174,35 @@ class DnsForwarder(unittest.TestCase):
         r = d.dnsprobe(self.t.guest, U, "query", "127.0.0.53", "stub.github.com")
         self.assertEqual(r["rcodes"], {"0": 1}, r)
         self.assertEqual(len(stub.records()), seen)
+
+    def test_ipv6_loopback_port_53_is_refused(self):
+        """Row 113: a root stub on [::1]:53. fy-dnsfwd and the redirect are
+        IPv4's, so a walled principal's IPv6 :53 is refused at once (a
+        resolver library then asks its IPv4 nameserver, which is
+        redirected). Under the wall as on main: the stub takes the session."""
+        stub = n.Server(self.t.guest, "stub6", "udp:[::1]:53", "tcp:[::1]:53")
+        try:
+            self.t.wall(forwarder=False)
+            r = n.probe(self.t.guest, U, "tcp", "::1", 53)
+            self.assertEqual(r["reply"], "stub6 tcp [::1]:53", r)
+            r = n.probe(self.t.guest, U, "udp", "::1", 53)
+            self.assertEqual(r["reply"], "stub6 udp [::1]:53", r)
+        finally:
+            self.t.wall(forwarder=True)
+        seen = len(stub.records())
+        for uid in (U, SUB):
+            r = n.probe(self.t.guest, uid, "tcp", "::1", 53)
+            self.assertEqual(r["outcome"], "refused", r)  # a reset to the SYN
+            r = n.probe(self.t.guest, uid, "udp", "::1", 53)
+            self.assertIn(r["outcome"], ("eperm", "refused"), r)  # the local reject: EPERM
+        self.assertEqual(len(stub.records()), seen)
+        # not the walled principals' IPv6 at large: loopback off :53 stays open
+        other = n.Server(self.t.guest, "lo6", "tcp:[::1]:5353")
+        self.assertEqual(n.probe(self.t.guest, U, "tcp", "::1", 5353)["reply"],
+                         "lo6 tcp [::1]:5353")
+        # root is not walled: its stub still answers it
+        self.assertEqual(n.probe(self.t.guest, 0, "tcp", "::1", 53)["reply"], "stub6 tcp [::1]:53")
+        del other
 
     def test_rate_is_bounded_per_source(self):
         """200 queries back to back: under the wall as on main the resolver
