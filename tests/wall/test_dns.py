@@ -269,6 +269,38 @@ class DnsForwarder(unittest.TestCase):
         self.assertEqual(r["outcome"], "refused", r)
         self.assertEqual(self.resolver_saw(), seen)
 
+    def test_status_says_whether_the_forwarder_listens(self):
+        """print_dnsfwd_status() (wall/dnsfwd_status.h, for `fy-wall status
+        machine`), run in the guest: listening on the live redirect's address
+        when fy-dnsfwd is up; NOT LISTENING, exit 1, when it is stopped; no
+        line without dns_forwarder."""
+        def status():
+            r = n.sh(*n.nsexec(self.t.guest, d.DNSFWD_STATUS), check=False)
+            return r.returncode, r.stdout.strip()
+        rc, out = status()
+        self.assertEqual(rc, 0, out)
+        self.assertIn(f"fy-dnsfwd: listening on {d.FWD}:53 (", out)
+        self.assertIn(f"udp {d.FWD}:53 uid 0", out)
+        self.assertIn(f"tcp {d.FWD}:53 uid 0", out)
+        # a wall pointed at an address no fy-dnsfwd holds
+        cfg = os.path.join(self.t.ident.dir, "wall55.toml")
+        with open(cfg, "w") as f:
+            f.write('[machine]\ndns_forwarder = "127.42.0.55"\n')
+        r = self.t.ident.fy_wall(self.t.guest, "apply", "machine", "--config", cfg,
+                                 *n.machine_args(self.t.ident), "--resolvers", d.RESOLVER)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        rc, out = status()
+        self.assertEqual(rc, 1, out)
+        self.assertIn("fy-dnsfwd: NOT LISTENING on 127.42.0.55:53 (neither udp nor tcp)", out)
+        # only udp held there: said
+        holder = n.Server(self.t.guest, "half", "udp:127.42.0.55:53")
+        rc, out = status()
+        self.assertEqual(rc, 1, out)
+        self.assertIn("(no tcp)", out)
+        del holder
+        self.t.wall(forwarder=False)
+        self.assertEqual(status(), (0, ""))
+
     # ---- failing closed, and saying why ----
 
     def test_a_dead_upstream_gives_servfail_and_says_so(self):
