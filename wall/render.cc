@@ -180,6 +180,15 @@ std::string render_machine(const MachineSpec& m) {
   }
   out += "\t}\n";
   out += "\tchain walled {\n";
+  if (m.dns_forwarder) {
+    // fy-dnsfwd listens on IPv4 only, and its redirect is IPv4's: a :53 on
+    // IPv6 loopback (a root stub on [::1]) would be a deputy the redirect
+    // misses. Refused at once, so a resolver library moves on to its IPv4
+    // nameserver, which is redirected.
+    out += "\t\t# DNS only through fy-dnsfwd, on IPv4: every IPv6 :53 is refused\n";
+    out += "\t\tudp dport 53 log prefix \"fy-wall-deny6 \" counter reject\n";
+    out += "\t\ttcp dport 53 log prefix \"fy-wall-deny6 \" counter reject with tcp reset\n";
+  }
   out += "\t\t# IPv6 only on loopback: the walled principals take the IPv4 proxy path\n";
   out += "\t\toifname \"lo\" accept\n";
   out += "\t\tlog prefix \"fy-wall-deny6 \" counter\n";
@@ -409,9 +418,9 @@ std::string describe_machine(const MachineSpec& m) {
   const std::string dns = m.dns_forwarder
                               ? "every :53 redirected to fy-dnsfwd at " + format_ipv4(m.dns_forwarder)
                               : "DNS to " + format_cidrs(m.resolvers);
-  return fmt::format("{} default-deny; open: lo, {}, {} tcp {{{}}}; v6: lo only",
+  return fmt::format("{} default-deny; open: lo, {}, {} tcp {{{}}}; v6: lo only{}",
                      describe_walled(m.walled), dns, format_ipv4(m.gateway),
-                     format_ports(m.ports));
+                     format_ports(m.ports), m.dns_forwarder ? ", :53 refused" : "");
 }
 
 std::string describe_guard(const GuardSpec& g) {

@@ -172,6 +172,71 @@ TEST_CASE("config: every problem at once, with file:line") {
   CHECK(m.find("[[listen]]") != std::string::npos);
 }
 
+TEST_CASE("RateBound::set_limits: a reload's bounds apply at once, no refill") {
+  RateBound r(100, 100, 4);
+  for (int i = 0; i < 10; ++i) CHECK(r.take("a", 0));  // 90 left
+  CHECK(r.take("b", 0));
+  r.set_limits(1, 2, 1);  // max_sources 1: one bucket kept
+  CHECK(r.sources() == 1);
+  RateBound s(100, 100, 4);
+  CHECK(s.take("a", 0));
+  s.set_limits(1, 2, 4);
+  CHECK(s.take("a", 0));
+  CHECK(s.take("a", 0));  // clamped to the new burst: two
+  CHECK_FALSE(s.take("a", 0));
+  CHECK_FALSE(s.take("a", 500));  // the new rate: 1/s
+  CHECK(s.take("a", 1000));
+}
+
+TEST_CASE("the allow file: one suffix a line, comments and blanks skipped, errors with line") {
+  auto a = parse_allow_file("# rendered\n\nGitHub.com.\n  pypi.org \r\n", "a.txt");
+  REQUIRE(a);
+  CHECK(*a == std::vector<std::string>{"github.com", "pypi.org"});
+  auto bad = parse_allow_file("github.com\nnot a name!\n10.0.0.1\n", "a.txt");
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().message.find("a.txt:2: 'not a name!'") != std::string::npos);
+  CHECK(bad.error().message.find("a.txt:3: '10.0.0.1'") != std::string::npos);
+  auto c = parse_config("upstream = [\"192.168.5.3\"]\nallow_file = \"rel.txt\"\n"
+                        "[[listen]]\naddress = \"127.42.0.53\"\n",
+                        "f.toml");
+  REQUIRE_FALSE(c);
+  CHECK(c.error().message.find("not an absolute path") != std::string::npos);
+}
+
+TEST_CASE("needs_restart names what a reload keeps as it runs") {
+  const char* base = "upstream = [\"192.168.5.3\"]\n[[listen]]\naddress = \"127.42.0.53\"\n";
+  auto a = parse_config(base, "f.toml");
+  auto b = parse_config("rate = 1\nallow = [\"x.org\"]\n" + std::string(base), "f.toml");
+  auto c = parse_config("upstream = [\"192.168.5.4\"]\nlog = \"/x\"\n[[listen]]\n"
+                        "address = \"127.42.0.54\"\n",
+                        "f.toml");
+  REQUIRE((a && b && c));
+  CHECK(needs_restart(*a, *b) == "");
+  CHECK(needs_restart(*a, *c) == "[[listen]], upstream, log");
+}
+
+TEST_CASE("config: a listener's redirect needs a netns and an address off loopback") {
+  const char* up = "upstream = [\"192.168.5.3\"]\n";
+  auto a = parse_config(std::string(up) + "[[listen]]\naddress = \"127.42.0.53\"\n"
+                        "[[listen]]\naddress = \"10.89.0.1:5353\"\nnetns = \"/run/netns/b\"\n",
+                        "f.toml");
+  REQUIRE(a);
+  CHECK_FALSE(a->listen[0].redirect);
+  CHECK(a->listen[1].redirect);  // the default with a netns
+  auto b = parse_config(std::string(up) + "[[listen]]\naddress = \"127.42.0.53\"\nredirect = true\n",
+                        "f.toml");
+  REQUIRE_FALSE(b);
+  CHECK(b.error().message.find("needs netns") != std::string::npos);
+  auto c = parse_config(std::string(up) + "[[listen]]\naddress = \"127.0.0.1\"\nnetns = \"/n\"\n",
+                        "f.toml");
+  REQUIRE_FALSE(c);
+  CHECK(c.error().message.find("martians") != std::string::npos);
+  auto d = parse_config(std::string(up) + "[[listen]]\naddress = \"127.0.0.1\"\nnetns = \"/n\"\n"
+                        "redirect = false\n",
+                        "f.toml");
+  CHECK(d);
+}
+
 #include "wall/config.h"
 #include "wall/parse.h"
 #include "wall/render.h"

@@ -25,6 +25,8 @@ import fywnet as n
 DNSSERVE = os.path.join(n.HERE, "dnsserve.py")
 DNSPROBE = os.path.join(n.HERE, "dnsprobe.py")
 FY_DNSFWD = os.path.join(n.BUILD, "wall", "dnsfwd", "fy-dnsfwd")
+FY_DNSFWD_ALLOW = os.path.join(n.BUILD, "wall", "dnsfwd", "fy-dnsfwd-allow")
+DNSFWD_STATUS = os.path.join(n.BUILD, "tests", "wall", "dnsfwd_status_probe")
 FWD = "127.42.0.53"
 RESOLVER = "192.168.5.3"
 LAN = "10.9.0.9"

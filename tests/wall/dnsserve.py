@@ -12,13 +12,17 @@ few bytes they need are built here).
                                    prints {"dgram"|"conn"|"tcpmsg", "from", "len"}
                                    for everything it receives, DNS or not
 
-Both listen on UDP and TCP ADDR:53, print READY when listening, and run until
+  dnsserve.py slow ADDR PORT SECS  the authoritative answers, on UDP ADDR:PORT only,
+                                   each SECS late (a thread a query)
+
+The first two listen on UDP and TCP ADDR:53, print READY when listening, and run until
 killed. UDP is served in order; TCP by a thread per connection.
 """
 import json
 import socket
 import struct
 import sys
+import time
 import threading
 
 lock = threading.Lock()
@@ -93,8 +97,28 @@ def serve_tcp(addr, on_msg, note_conn):
     threading.Thread(target=loop, daemon=True).start()
 
 
+def serve_slow(addr, port, delay):
+    """An authoritative stand-in on (addr, port) that answers each datagram
+    after `delay` seconds (a thread each): a query is upstream that long."""
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind((addr, port))
+    print("READY", flush=True)
+
+    def answer(m, peer):
+        time.sleep(delay)
+        a, name, qtype = auth_answer(m)
+        emit({"name": name, "qtype": qtype, "from": f"{peer[0]}:{peer[1]}", "slow": delay})
+        if a:
+            udp.sendto(a, peer)
+    while True:
+        m, peer = udp.recvfrom(65536)
+        threading.Thread(target=answer, args=(m, peer), daemon=True).start()
+
+
 def main():
     mode, addr = sys.argv[1], sys.argv[2]
+    if mode == "slow":
+        return serve_slow(addr, int(sys.argv[3]), float(sys.argv[4]))
     udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     udp.bind((addr, 53))
     if mode == "auth":

@@ -6,12 +6,16 @@
 // remaining bytes as the upstream's reply. Invariants: a forwarded query's
 // name is allowed and within bounds; a refusal is the query's own question
 // with REFUSED; a relayed answer carries the client's id and, over the
-// limit, only the question with TC.
+// limit, only the question with TC. The bytes are also read as an allow
+// file (parse_allow_file).
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <span>
+#include <string>
+#include <string_view>
 
+#include "wall/dnsfwd/config.h"
 #include "wall/dnsfwd/judge.h"
 
 using namespace fy::dnsfwd;
@@ -45,6 +49,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (m.size() > p.max_query) abort();
       Verdict v = judge(m, "b", at, p, rate);
       if (v.action == Action::forward && v.query.name.size() > fy::wall::dns::kMaxName) abort();
+    }
+  }
+  // The same bytes as an allow file (the one fy-dnsfwd-allow renders on the
+  // host and SIGHUP re-reads): every name it accepts is a normalized host name
+  // that allows itself.
+  std::string_view text(reinterpret_cast<const char*>(rest.data()), rest.size());
+  if (auto names = parse_allow_file(text, "fuzz.txt")) {
+    for (const std::string& n : *names) {
+      if (n.empty() || !fy::wall::dns::name_allowed(n, *names)) abort();
     }
   }
   return 0;

@@ -6,12 +6,15 @@ Each class of escape the forwarder closes is tried twice: under the machine
 wall as it is on main (DNS admitted to the VM's resolver, or, for the LAN
 host, to every private range: the old default), where it gets out, and
 under the wall with `dns_forwarder`, where it does not. docs/wall-escapes.md
-rows 102-111 are these tests.
+rows 102-113 are these tests.
 """
+import json
 import os
+import signal
 import socket
 import struct
 import subprocess
+import tempfile
 import time
 import unittest
 
@@ -172,6 +175,35 @@ class DnsForwarder(unittest.TestCase):
         self.assertEqual(r["rcodes"], {"0": 1}, r)
         self.assertEqual(len(stub.records()), seen)
 
+    def test_ipv6_loopback_port_53_is_refused(self):
+        """Row 113: a root stub on [::1]:53. fy-dnsfwd and the redirect are
+        IPv4's, so a walled principal's IPv6 :53 is refused at once (a
+        resolver library then asks its IPv4 nameserver, which is
+        redirected). Under the wall as on main: the stub takes the session."""
+        stub = n.Server(self.t.guest, "stub6", "udp:[::1]:53", "tcp:[::1]:53")
+        try:
+            self.t.wall(forwarder=False)
+            r = n.probe(self.t.guest, U, "tcp", "::1", 53)
+            self.assertEqual(r["reply"], "stub6 tcp [::1]:53", r)
+            r = n.probe(self.t.guest, U, "udp", "::1", 53)
+            self.assertEqual(r["reply"], "stub6 udp [::1]:53", r)
+        finally:
+            self.t.wall(forwarder=True)
+        seen = len(stub.records())
+        for uid in (U, SUB):
+            r = n.probe(self.t.guest, uid, "tcp", "::1", 53)
+            self.assertEqual(r["outcome"], "refused", r)  # a reset to the SYN
+            r = n.probe(self.t.guest, uid, "udp", "::1", 53)
+            self.assertIn(r["outcome"], ("eperm", "refused"), r)  # the local reject: EPERM
+        self.assertEqual(len(stub.records()), seen)
+        # not the walled principals' IPv6 at large: loopback off :53 stays open
+        other = n.Server(self.t.guest, "lo6", "tcp:[::1]:5353")
+        self.assertEqual(n.probe(self.t.guest, U, "tcp", "::1", 5353)["reply"],
+                         "lo6 tcp [::1]:5353")
+        # root is not walled: its stub still answers it
+        self.assertEqual(n.probe(self.t.guest, 0, "tcp", "::1", 53)["reply"], "stub6 tcp [::1]:53")
+        del other
+
     def test_rate_is_bounded_per_source(self):
         """200 queries back to back: under the wall as on main the resolver
         answers every one; through fy-dnsfwd (rate 20/s, burst 20) about
@@ -237,6 +269,38 @@ class DnsForwarder(unittest.TestCase):
         self.assertEqual(r["outcome"], "refused", r)
         self.assertEqual(self.resolver_saw(), seen)
 
+    def test_status_says_whether_the_forwarder_listens(self):
+        """print_dnsfwd_status() (wall/dnsfwd_status.h, for `fy-wall status
+        machine`), run in the guest: listening on the live redirect's address
+        when fy-dnsfwd is up; NOT LISTENING, exit 1, when it is stopped; no
+        line without dns_forwarder."""
+        def status():
+            r = n.sh(*n.nsexec(self.t.guest, d.DNSFWD_STATUS), check=False)
+            return r.returncode, r.stdout.strip()
+        rc, out = status()
+        self.assertEqual(rc, 0, out)
+        self.assertIn(f"fy-dnsfwd: listening on {d.FWD}:53 (", out)
+        self.assertIn(f"udp {d.FWD}:53 uid 0", out)
+        self.assertIn(f"tcp {d.FWD}:53 uid 0", out)
+        # a wall pointed at an address no fy-dnsfwd holds
+        cfg = os.path.join(self.t.ident.dir, "wall55.toml")
+        with open(cfg, "w") as f:
+            f.write('[machine]\ndns_forwarder = "127.42.0.55"\n')
+        r = self.t.ident.fy_wall(self.t.guest, "apply", "machine", "--config", cfg,
+                                 *n.machine_args(self.t.ident), "--resolvers", d.RESOLVER)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        rc, out = status()
+        self.assertEqual(rc, 1, out)
+        self.assertIn("fy-dnsfwd: NOT LISTENING on 127.42.0.55:53 (neither udp nor tcp)", out)
+        # only udp held there: said
+        holder = n.Server(self.t.guest, "half", "udp:127.42.0.55:53")
+        rc, out = status()
+        self.assertEqual(rc, 1, out)
+        self.assertIn("(no tcp)", out)
+        del holder
+        self.t.wall(forwarder=False)
+        self.assertEqual(status(), (0, ""))
+
     # ---- failing closed, and saying why ----
 
     def test_a_dead_upstream_gives_servfail_and_says_so(self):
@@ -277,8 +341,11 @@ class DnsForwarder(unittest.TestCase):
              "rate"),
             ('upstream = ["192.168.5.3"]\nallowed = ["x"]\n[[listen]]\naddress = "127.42.0.53"\n',
              3, "allowed"),
-            ('upstream = ["192.168.5.3"]\n[[listen]]\naddress = "127.42.0.53"\n'
+            ('upstream = ["192.168.5.3"]\n[[listen]]\naddress = "10.89.0.1:5353"\n'
              'netns = "/run/netns/fyw-none"\n', 4, "cannot open the namespace"),
+            # a bridge's redirect cannot send containers to loopback (martians)
+            ('upstream = ["192.168.5.3"]\n[[listen]]\naddress = "127.42.0.53"\n'
+             'netns = "/run/netns/fyw-none"\n', 3, "martians"),
             ('upstream = ["192.168.5.3"]\n[[listen]]\naddress = "192.168.5.15:53"\n'
              '[[listen]]\naddress = "192.168.5.15:53"\n', 4, "another resolver holds"),
         ]
@@ -323,6 +390,240 @@ class DnsForwarder(unittest.TestCase):
         self.assertEqual(r.returncode, 3, r.stderr)
         self.assertIn("dns_forwarder", r.stderr)
         self.assertIn("127.0.0.0/8", r.stderr)
+
+
+class AllowFromPolicyAndReload(unittest.TestCase):
+    """The allow list rendered from fy-proxy's policy by fy-dnsfwd-allow (on
+    the host) into fy-dnsfwd's allow_file, and SIGHUP: the new list and rate
+    apply at once, a query upstream across the reload is answered, a bad
+    config or allow file on reload is refused and the running one kept."""
+
+    SLOW_PORT = 5300
+    DELAY = 0.8
+
+    @classmethod
+    def setUpClass(cls):
+        cls.mark = len(n._undo)
+        cls.t = d.DnsTopology()
+        # the upstream answers 0.8 s late, so a query can be in flight at a reload
+        cls.slow = d.Stand(cls.t.host, "slow", d.RESOLVER, str(cls.SLOW_PORT), str(cls.DELAY))
+        cls.t.wall(forwarder=True)
+        fd, cls.policy = tempfile.mkstemp(prefix=f"fyw-{n.PID}-policy-", suffix=".toml")
+        os.close(fd)
+        n.on_cleanup(lambda: os.unlink(cls.policy), f"file {cls.policy}")
+        cls.allow_file = cls.policy + ".allow"
+        n.on_cleanup(lambda: os.path.exists(cls.allow_file) and os.unlink(cls.allow_file),
+                     f"file {cls.allow_file}")
+
+    @classmethod
+    def tearDownClass(cls):
+        n.cleanup(cls.mark)
+
+    def render(self, policy_text):
+        with open(self.policy, "w") as f:
+            f.write(policy_text)
+        return n.sh(d.FY_DNSFWD_ALLOW, self.policy, "--out", self.allow_file, check=False)
+
+    def config(self, rate=20, burst=20):
+        return self.t.dnsfwd_config(upstream=f"{d.RESOLVER}:{self.SLOW_PORT}", allow=[],
+                                    rate=rate, burst=burst, timeout_ms=3000,
+                                    listen=[(d.FWD, "", "vm")],
+                                    extra=f'allow_file = "{self.allow_file}"\n')
+
+    def ask(self, name, **kw):
+        return d.dnsprobe(self.t.guest, U, "query", d.RESOLVER, name, "--timeout", "3",
+                          *[f"--{k}={v}" for k, v in kw.items()])
+
+    def stderr(self, err):
+        with open(err) as f:
+            return f.read()
+
+    def wait_for(self, err, text, after=0):
+        deadline = time.monotonic() + 5
+        while text not in self.stderr(err)[after:]:
+            self.assertLess(time.monotonic(), deadline, f"no {text!r}: {self.stderr(err)}")
+            time.sleep(0.02)
+
+    def test_the_policy_renders_the_allow_list(self):
+        r = self.render('mode = "enforce"\n'
+                        'allow = ["pypi.org", "*.npmjs.org", "api.example.com:8443", "10.1.2.3"]\n'
+                        'build_allow = ["files.pythonhosted.org"]\n'
+                        '[[grant]]\nhost = "github.com:22"\n'
+                        '[[grant]]\nhost = "old.example.net"\nlevel = "once"\n'
+                        'expires = 2020-01-01T00:00:00Z\n')
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(self.allow_file) as f:
+            names = [l.strip() for l in f if l.strip() and not l.startswith("#")]
+        # ports and wildcards off, IP literals and the expired grant left out
+        self.assertEqual(names, ["api.example.com", "files.pythonhosted.org", "github.com",
+                                 "npmjs.org", "pypi.org"])
+        # a policy the proxy fails closed on renders nothing, and the old file stays
+        r = self.render('allow = ["pypi.org"\n')
+        self.assertEqual(r.returncode, 3, r.stderr)
+        self.assertIn(f"{self.policy}:", r.stderr)
+        self.assertIn("nothing rendered", r.stderr)
+        with open(self.allow_file) as f:
+            self.assertIn("npmjs.org", f.read())
+        # observing: said, since DNS is narrower than the proxy then
+        r = self.render('mode = "observe"\nallow = ["pypi.org"]\n')
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("observe mode", r.stderr)
+
+    def test_sighup_reloads_the_rendered_list_and_keeps_queries_in_flight(self):
+        self.assertEqual(self.render('allow = ["pypi.org"]\n').returncode, 0)
+        p, log, err = self.t.start_dnsfwd(self.config())
+        try:
+            self.assertEqual(self.ask("files.pypi.org")["rcodes"], {"0": 1})
+            self.assertEqual(self.ask("api.github.com")["rcodes"], {"5": 1})
+            # the policy now allows github.com, not pypi.org; a pypi query is upstream
+            # (0.8 s) when the reload lands: it is still answered
+            self.assertEqual(self.render('allow = ["github.com:22"]\n').returncode, 0)
+            cmd = n.nsexec(self.t.guest, "setpriv", f"--reuid={U}", f"--regid={U}",
+                           "--clear-groups", n.PY, d.DNSPROBE, "query", d.RESOLVER,
+                           "inflight.pypi.org", "--timeout", "4")
+            q = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, text=True)
+            time.sleep(0.3)  # asked, and upstream for another 0.5 s
+            mark = len(self.stderr(err))
+            p.send_signal(signal.SIGHUP)
+            self.wait_for(err, "reloaded", mark)
+            self.assertIsNone(q.poll(), "the query was answered before the reload")
+            out, _ = q.communicate(timeout=10)
+            r = json.loads(out.strip().splitlines()[-1])
+            self.assertEqual(r["rcodes"], {"0": 1}, r)  # in flight across the reload
+            line = [l for l in d.read_log(log) if l.get("name") == "inflight.pypi.org"]
+            self.assertEqual([l["verdict"] for l in line], ["forwarded"], line)
+            self.assertGreater(line[0]["ms"], 700, line)
+            self.assertIn("1 allowed suffix(es)", self.stderr(err)[mark:])
+            self.assertEqual(self.ask("api.github.com")["rcodes"], {"0": 1})
+            self.assertEqual(self.ask("files.pypi.org")["rcodes"], {"5": 1})
+
+            # a bad allow file on reload: refused with where and what, the old list kept
+            with open(self.allow_file, "w") as f:
+                f.write("github.com\nnot a name!\n")
+            mark = len(self.stderr(err))
+            p.send_signal(signal.SIGHUP)
+            self.wait_for(err, "reload refused", mark)
+            self.assertIn(f"{self.allow_file}:2:", self.stderr(err)[mark:])
+            self.assertEqual(self.ask("api.github.com")["rcodes"], {"0": 1})
+            # a bad config: the same
+            cfg = self.config()
+            with open(cfg, "a") as f:
+                f.write("rate = \"fast\"\n")
+            self.render('allow = ["github.com"]\n')
+            self.copy(cfg, self.config_path(p))
+            mark = len(self.stderr(err))
+            p.send_signal(signal.SIGHUP)
+            self.wait_for(err, "reload refused", mark)
+            self.assertEqual(self.ask("api.github.com")["rcodes"], {"0": 1})
+            self.assertIsNone(p.poll())
+        finally:
+            d.stop_dnsfwd(p, err)
+
+    def test_sighup_reloads_the_rate(self):
+        self.assertEqual(self.render('allow = ["pypi.org"]\n').returncode, 0)
+        p, log, err = self.t.start_dnsfwd(self.config(rate=20, burst=20))
+        try:
+            # REFUSED names are answered locally (no upstream wait); the rate is charged first
+            r = self.ask("x.refused.example", count=5, timeout=0.5)
+            self.assertEqual(r["rcodes"], {"5": 5}, r)
+            self.copy(self.config(rate=0.1, burst=1), self.config_path(p))
+            mark = len(self.stderr(err))
+            p.send_signal(signal.SIGHUP)
+            self.wait_for(err, "reloaded", mark)
+            self.assertIn("rate 0.1", self.stderr(err)[mark:])
+            r = self.ask("y.refused.example", count=5, timeout=0.3)
+            self.assertEqual(r["answered"], 1, r)  # the new burst: one, then 0.1/s
+            self.assertEqual(r["timeouts"], 4, r)
+        finally:
+            d.stop_dnsfwd(p, err)
+
+    @staticmethod
+    def copy(src, dst):
+        with open(src) as f, open(dst, "w") as g:
+            g.write(f.read())
+
+    @staticmethod
+    def config_path(p):
+        return p.args[p.args.index("--config") + 1]
+
+
+class BridgeRedirect(unittest.TestCase):
+    """The bridge namespace's :53 (row 112): fy-dnsfwd installs, in the
+    namespace of a [[listen]] with netns, a prerouting DNAT of every port 53
+    to its bridge listener. A container asking a LAN host's :53, or aardvark
+    on the gateway, meets fy-dnsfwd. Control: the same listener with
+    redirect = false (as before this table existed): the LAN host's :53 takes
+    any bytes, aardvark answers any name."""
+
+    LISTEN = f"{d.BRIDGE_GW}:5353"
+
+    @classmethod
+    def setUpClass(cls):
+        cls.mark = len(n._undo)
+        cls.t = d.DnsTopology()
+        # the bridge namespace's way out, as slirp/pasta gives it: to the host,
+        # which routes to the LAN
+        n.veth(cls.t.bridge, ["10.88.0.2/24"], cls.t.host, ["10.88.0.1/24"])
+        n.sh("ip", "-n", cls.t.bridge, "route", "add", "default", "via", "10.88.0.1")
+        n.sh("ip", "-n", cls.t.host, "route", "add", "10.89.0.0/24", "via", "10.88.0.2")
+        n.in_ns(cls.t.bridge, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+        cls.aardvark = d.Stand(cls.t.bridge, "auth", d.BRIDGE_GW)
+
+    @classmethod
+    def tearDownClass(cls):
+        n.cleanup(cls.mark)
+
+    def start(self, redirect):
+        cfg = self.t.dnsfwd_config(listen=[(d.FWD, "", "vm"),
+                                           (self.LISTEN, f"/run/netns/{self.t.bridge}", "bridge")])
+        if not redirect:
+            with open(cfg, "a") as f:
+                f.write("redirect = false\n")
+        return self.t.start_dnsfwd(cfg)
+
+    def test_a_containers_port_53_anywhere_goes_to_the_forwarder(self):
+        p, log, err = self.start(redirect=False)
+        try:
+            r = n.probe(self.t.ctr, 0, "tcp", d.LAN, 53)
+            self.assertEqual(r["reply"], f"lan tcp {d.LAN}:53", r)  # the LAN host's :53 answers
+            r = d.dnsprobe(self.t.ctr, 0, "query", d.BRIDGE_GW, "old.t.example", "--qtype", "TXT")
+            self.assertEqual(r["rcodes"], {"0": 1}, r)  # aardvark answers any name
+            self.assertTrue([x for x in self.aardvark.records() if x["name"] == "old.t.example"])
+            self.assertEqual(d.read_log(log), [])
+        finally:
+            d.stop_dnsfwd(p, err)
+        p, log, err = self.start(redirect=True)
+        try:
+            with open(err) as f:
+                self.assertIn("port 53 redirected to " + self.LISTEN, f.read())
+            rules = n.in_ns(self.t.bridge, "nft", "list", "table", "ip", "fy_dnsfwd_redirect").stdout
+            self.assertIn(f"udp dport 53 dnat to {self.LISTEN}", rules)
+            self.assertIn(f"tcp dport 53 dnat to {self.LISTEN}", rules)
+            seen = len(self.t.lan_srv.records())
+            r = d.dnsprobe(self.t.ctr, 0, "raw", d.LAN, "SSH-2.0-OpenSSH_9.2\r\n", "--tcp")
+            self.assertEqual(r["outcome"], "closed", r)
+            r = d.dnsprobe(self.t.ctr, 0, "query", d.LAN, "lan.github.com")
+            self.assertEqual(r["rcodes"], {"0": 1}, r)
+            self.assertEqual(r["from"], f"{d.LAN}:53", r)  # the container sees the LAN host answer
+            self.assertEqual(len(self.t.lan_srv.records()), seen)  # which saw nothing
+            r = d.dnsprobe(self.t.ctr, 0, "query", d.BRIDGE_GW, "new.t.example", "--qtype", "TXT")
+            self.assertEqual(r["rcodes"], {"5": 1}, r)  # REFUSED by fy-dnsfwd, not aardvark
+            self.assertFalse([x for x in self.aardvark.records() if x["name"] == "new.t.example"])
+            lines = d.read_log(log)
+            lan = [l for l in lines if l.get("name") == "lan.github.com"]
+            self.assertEqual([(l["ns"], l["verdict"]) for l in lan], [("bridge", "forwarded")], lines)
+            self.assertTrue(lan[0]["src"].startswith(f"{d.CTR}:"), lan)
+        finally:
+            d.stop_dnsfwd(p, err)
+        # left in place when fy-dnsfwd stops: DNS fails closed, nothing reaches the LAN host
+        r = d.dnsprobe(self.t.ctr, 0, "raw", d.LAN, "SSH-2.0-OpenSSH_9.2\r\n", "--tcp")
+        self.assertIn(r["outcome"], ("refused", "closed"), r)
+        self.assertEqual(len(self.t.lan_srv.records()), seen)
+        # and a restart replaces the table whole: one rule each, not two
+        p, log, err = self.start(redirect=True)
+        d.stop_dnsfwd(p, err)
+        rules = n.in_ns(self.t.bridge, "nft", "list", "table", "ip", "fy_dnsfwd_redirect").stdout
+        self.assertEqual(rules.count("udp dport 53 dnat"), 1, rules)
 
 
 if __name__ == "__main__":

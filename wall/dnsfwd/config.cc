@@ -1,6 +1,7 @@
 #include "wall/dnsfwd/config.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -51,6 +52,14 @@ Result<Config> parse_config(std::string_view text, const std::string& path) {
       }
     }
   }
+  if (auto v = root.string("allow_file")) {
+    if (v->empty() || (*v)[0] != '/') {
+      root.error("allow_file", fmt::format("'{}' is not an absolute path — write e.g. "
+                                           "\"/etc/fy/dnsfwd-allow.txt\"", *v));
+    } else {
+      c.allow_file = *v;
+    }
+  }
   if (auto v = root.string("log")) c.log = *v;
   if (auto v = root.real("rate", 0.1, 100000)) c.policy.rate = *v;
   if (auto v = root.real("burst", 1, 1000000)) c.policy.burst = *v;
@@ -78,6 +87,21 @@ Result<Config> parse_config(std::string_view text, const std::string& path) {
     if (auto v = l.string("netns")) out.netns = *v;
     if (auto v = l.string("name")) out.name = *v;
     if (out.name.empty()) out.name = out.netns.empty() ? "vm" : out.netns;
+    out.redirect = !out.netns.empty();
+    if (auto v = l.boolean("redirect")) {
+      if (*v && out.netns.empty()) {
+        l.error("redirect", "needs netns: the VM's own namespace is redirected by the wall "
+                            "([machine] dns_forwarder), not by fy-dnsfwd");
+      }
+      out.redirect = *v;
+    }
+    if (out.redirect && (out.address.host.rfind("127.", 0) == 0 || out.address.host == "::1")) {
+      l.error("address", fmt::format("{} is a loopback address, which a bridge's redirect "
+                                     "cannot send containers to (the kernel drops them as "
+                                     "martians) — listen on the bridge's address, e.g. "
+                                     "\"10.89.0.1:5353\", or set redirect = false",
+                                     out.address.host));
+    }
     l.finish();
     c.listen.push_back(std::move(out));
   }
@@ -86,18 +110,80 @@ Result<Config> parse_config(std::string_view text, const std::string& path) {
   return c;
 }
 
-Result<Config> read_config_file(const std::string& path) {
+namespace {
+
+Result<std::string> slurp(const std::string& path, const char* what) {
   FILE* f = fopen(path.c_str(), "re");
   if (!f) {
-    return make_error(Errc::not_found, "cannot read the config {}: {} — write one (docs/fy-dnsfwd.md)",
-                      path, strerror(errno));
+    return make_error(Errc::not_found, "cannot read {} {}: {} — {}", what, path, strerror(errno),
+                      std::string_view(what) == "the config"
+                          ? "write one (docs/fy-dnsfwd.md)"
+                          : "render it from the proxy's policy with fy-dnsfwd-allow, or drop "
+                            "allow_file");
   }
   std::string text;
   char buf[4096];
   size_t n;
   while ((n = fread(buf, 1, sizeof buf, f)) > 0 && text.size() < (1 << 20)) text.append(buf, n);
   fclose(f);
-  return parse_config(text, path);
+  return text;
+}
+
+}  // namespace
+
+Result<std::vector<std::string>> parse_allow_file(std::string_view text, const std::string& path) {
+  std::vector<std::string> out;
+  std::string errors;
+  size_t line = 0;
+  while (!text.empty()) {
+    ++line;
+    size_t nl = text.find('\n');
+    std::string_view l = text.substr(0, nl);
+    text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
+    while (!l.empty() && (l.back() == '\r' || l.back() == ' ' || l.back() == '\t')) l.remove_suffix(1);
+    while (!l.empty() && (l.front() == ' ' || l.front() == '\t')) l.remove_prefix(1);
+    if (l.empty() || l[0] == '#') continue;
+    auto h = normalize_host(l);
+    if (!h || is_ipv4_literal(*h) || is_ipv6_literal(*h)) {
+      if (!errors.empty()) errors += "\n";
+      errors += fmt::format("{}:{}: '{}' is not a host name suffix — one name a line, e.g. "
+                            "github.com (re-render the file with fy-dnsfwd-allow)",
+                            path, line, l);
+      continue;
+    }
+    out.push_back(std::move(*h));
+  }
+  if (!errors.empty()) return make_error(Errc::invalid_argument, "{}", errors);
+  return out;
+}
+
+Result<Config> read_config_file(const std::string& path) {
+  auto text = slurp(path, "the config");
+  if (!text) return std::move(text).take_error();
+  auto c = parse_config(*text, path);
+  if (!c || c->allow_file.empty()) return c;
+  auto at = slurp(c->allow_file, "the allow file");
+  if (!at) return std::move(at).take_error();
+  auto names = parse_allow_file(*at, c->allow_file);
+  if (!names) return std::move(names).take_error();
+  for (std::string& n : *names) c->policy.allow.push_back(std::move(n));
+  return c;
+}
+
+std::string needs_restart(const Config& running, const Config& next) {
+  std::vector<std::string> what;
+  auto addrs = [](const std::vector<HostPort>& v) {
+    std::vector<std::string> o;
+    for (const HostPort& h : v) o.push_back(h.authority());
+    return o;
+  };
+  std::vector<std::string> a, b;
+  for (const Listen& l : running.listen) a.push_back(l.address.authority() + "|" + l.netns + "|" + l.name);
+  for (const Listen& l : next.listen) b.push_back(l.address.authority() + "|" + l.netns + "|" + l.name);
+  if (a != b) what.push_back("[[listen]]");
+  if (addrs(running.upstream) != addrs(next.upstream)) what.push_back("upstream");
+  if (running.log != next.log) what.push_back("log");
+  return fmt::format("{}", fmt::join(what, ", "));
 }
 
 }  // namespace fy::dnsfwd

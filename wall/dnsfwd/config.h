@@ -3,6 +3,8 @@
 //
 //   upstream = ["192.168.5.3"]          # the VM's resolver(s): "ip" or "ip:port"
 //   allow = ["github.com", "pypi.org"]  # the names the proxy's policy could allow
+//   allow_file = "/etc/fy/dnsfwd-allow.txt"  # more of them, one a line, as
+//                                       # fy-dnsfwd-allow renders from the policy
 //   log = "/var/log/foldyard/dnsfwd.jsonl"   # one JSON line a query; "-" = stdout
 //   rate = 20                           # queries a second per source address
 //   burst = 40
@@ -17,6 +19,8 @@
 //   address = "127.42.0.53"             # "ip" (port 53) or "ip:port"
 //   netns = "/run/netns/bridge"         # optional: the namespace to listen in
 //   name = "vm"                         # logged as "ns"; default "vm" or the netns path
+//   redirect = true                     # with netns: send that namespace's :53 here
+//                                       # (wall/dnsfwd/redirect.h); default true there
 #pragma once
 
 #include <cstdint>
@@ -34,13 +38,18 @@ struct Listen {
   HostPort address;
   std::string netns;  // "" = the daemon's own namespace
   std::string name;
+  // Install the bridge namespace's :53 redirect (wall/dnsfwd/redirect.h)
+  // there. Default: true when `netns` is set; refused without one (the VM's
+  // namespace has the wall's dns_redirect).
+  bool redirect = false;
 };
 
 struct Config {
   std::string path;
   std::vector<HostPort> upstream;
   std::vector<Listen> listen;
-  Policy policy;
+  Policy policy;  // policy.allow: `allow`, then allow_file's lines
+  std::string allow_file;  // "" = none
   std::string log = "-";
   uint32_t timeout_ms = 2000;
   uint32_t max_pending = 1024;
@@ -51,7 +60,17 @@ struct Config {
   bool log_uid = true;
 };
 
+// Pure: `allow_file` is named, not read (read_config_file reads it).
 Result<Config> parse_config(std::string_view text, const std::string& path);
+// The config and its allow_file, if any; every problem of either at once.
 Result<Config> read_config_file(const std::string& path);
+
+// An allow file's text: one host name suffix a line; blank lines and lines
+// starting with '#' ignored. Errors name `path:line` and what to do.
+Result<std::vector<std::string>> parse_allow_file(std::string_view text, const std::string& path);
+
+// What a reload cannot change in a running daemon (listeners, upstreams,
+// the query log): one phrase each, "" when `next` changes none of them.
+std::string needs_restart(const Config& running, const Config& next);
 
 }  // namespace fy::dnsfwd

@@ -34,6 +34,19 @@ bool RateBound::take(std::string_view source, uint64_t now_ms) {
   return true;
 }
 
+void RateBound::set_limits(double rate, double burst, size_t max_sources) {
+  rate_ = rate;
+  burst_ = burst;
+  max_sources_ = max_sources;
+  for (auto& [src, b] : buckets_) b.tokens = std::min(b.tokens, burst_);
+  while (buckets_.size() > max_sources_) {
+    auto oldest = std::min_element(buckets_.begin(), buckets_.end(), [](auto& a, auto& b) {
+      return a.second.last_ms < b.second.last_ms;
+    });
+    buckets_.erase(oldest);
+  }
+}
+
 Verdict judge(std::span<const uint8_t> wire, std::string_view source, uint64_t now_ms,
               const Policy& policy, RateBound& rate) {
   Verdict v;

@@ -29,6 +29,9 @@ class RateBound {
   // Takes one token from `source`'s bucket; false when it is empty.
   bool take(std::string_view source, uint64_t now_ms);
   size_t sources() const { return buckets_.size(); }
+  // A reload's new bounds. The buckets kept: none holds more than the new
+  // burst; a source keeps what it has spent (a reload is no refill).
+  void set_limits(double rate, double burst, size_t max_sources);
 
  private:
   struct Bucket {

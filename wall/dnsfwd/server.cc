@@ -17,6 +17,7 @@
 #include "core/loop.h"
 #include "core/net.h"
 #include "wall/dnsfwd/owner.h"
+#include "wall/dnsfwd/redirect.h"
 
 namespace fy::dnsfwd {
 
@@ -130,6 +131,25 @@ Result<int> bound_socket(const std::string& netns, const HostPort& hp, int type)
     std::thread t(body);
     t.join();
   }
+  return out;
+}
+
+// Installs the bridge redirect for `l` inside its namespace, on a
+// short-lived thread, as bound_socket does.
+Result<void> redirect_in(const Listen& l) {
+  Result<void> out;
+  std::thread t([&] {
+    int ns = open(l.netns.c_str(), O_RDONLY | O_CLOEXEC);
+    if (ns < 0 || setns(ns, CLONE_NEWNET) != 0) {
+      out = make_error(Errc::io, "cannot join the namespace {}: {}", l.netns, strerror(errno));
+      if (ns >= 0) ::close(ns);
+      return;
+    }
+    ::close(ns);
+    out = install_bridge_redirect(l);
+  });
+  t.join();
+  if (!out) return make_error(out.error().code, "listen {}: {}", l.address.authority(), out.error().message);
   return out;
 }
 
@@ -255,6 +275,11 @@ Result<void> Server::start() {
       return make_error(Errc::io, "listen {} tcp: {}", raw->where, uv::error_string(rc));
     }
     log::info("listening on {} udp+tcp", raw->where);
+    if (lc.redirect) {
+      FY_TRY(redirect_in(lc));
+      log::info("{}: port 53 redirected to {} (table ip {})", lc.netns, lc.address.authority(),
+                kRedirectTable);
+    }
   }
   return ok();
 }
@@ -274,6 +299,16 @@ void Server::close() {
   for (auto& [id, c] : clients_) cs.push_back(c);
   for (TcpClient* c : cs) close_client(c);
   pending_.clear();
+}
+
+std::string Server::reload(Config next) {
+  std::string kept = needs_restart(cfg_, next);
+  next.listen = std::move(cfg_.listen);
+  next.upstream = std::move(cfg_.upstream);
+  next.log = std::move(cfg_.log);
+  rate_.set_limits(next.policy.rate, next.policy.burst, next.policy.max_sources);
+  cfg_ = std::move(next);
+  return kept;
 }
 
 void Server::on_udp(Listener* l, ssize_t n, const uv_buf_t* buf, const sockaddr* from,

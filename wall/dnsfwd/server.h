@@ -47,6 +47,13 @@ class Server {
   Result<void> start();
   // Starts closing every handle; queries upstream are dropped.
   void close();
+  // SIGHUP: takes `next`'s judgement (allow, rate, burst, max_query,
+  // max_sources), timeouts and limits at once; queries upstream and open TCP
+  // clients carry on (an open client keeps its framer's size bound). What
+  // needs a restart (listeners, upstreams, the log) is kept as it runs, and
+  // the returned text names it ("" when nothing was kept).
+  std::string reload(Config next);
+  const Config& config() const { return cfg_; }
   const Stats& stats() const { return stats_; }
 
  private:

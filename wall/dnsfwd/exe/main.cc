@@ -31,10 +31,15 @@ constexpr const char* kUsage =
     "  --check            read and check the config, then exit (0 = good)\n"
     "  --log-level LEVEL  diagnostics on stderr: debug, info (default), warn, error\n"
     "\n"
+    "SIGHUP re-reads the config and its allow_file: the allow list, the rate and\n"
+    "the limits change at once, queries in flight carry on; a bad config is\n"
+    "refused and the running one kept (an error line says why).\n"
+    "\n"
     "Exit: 0 stopped by SIGTERM/SIGINT or --check passed; 2 usage; 3 bad config;\n"
     "4 a listener or upstream could not be opened (nothing is served).\n";
 
-uv_signal_t g_sigterm, g_sigint;
+uv_signal_t g_sigterm, g_sigint, g_sighup;
+std::string g_config;
 
 }  // namespace
 
@@ -104,14 +109,33 @@ int main(int argc, char** argv) {
     } else {
       uv_signal_init(&loop, &g_sigterm);
       uv_signal_init(&loop, &g_sigint);
-      g_sigterm.data = g_sigint.data = &srv;
+      uv_signal_init(&loop, &g_sighup);
+      g_sigterm.data = g_sigint.data = g_sighup.data = &srv;
+      g_config = config;
       auto stop = [](uv_signal_t* s, int) {
         static_cast<fy::dnsfwd::Server*>(s->data)->close();
         uv_close(reinterpret_cast<uv_handle_t*>(&g_sigterm), nullptr);
         uv_close(reinterpret_cast<uv_handle_t*>(&g_sigint), nullptr);
+        uv_close(reinterpret_cast<uv_handle_t*>(&g_sighup), nullptr);
       };
       uv_signal_start(&g_sigterm, stop, SIGTERM);
       uv_signal_start(&g_sigint, stop, SIGINT);
+      uv_signal_start(&g_sighup, [](uv_signal_t* s, int) {
+        auto* server = static_cast<fy::dnsfwd::Server*>(s->data);
+        auto next = fy::dnsfwd::read_config_file(g_config);
+        if (!next) {
+          fy::log::error("reload refused, the running config kept: {}", next.error().message);
+          return;
+        }
+        size_t n = next->policy.allow.size();
+        double rate = next->policy.rate;
+        std::string kept = server->reload(std::move(*next));
+        fy::log::info("reloaded {}: {} allowed suffix(es), rate {}", g_config, n, rate);
+        if (!kept.empty()) {
+          fy::log::warn("reload: {} changed but is kept as it runs — restart fy-dnsfwd to apply it",
+                        kept);
+        }
+      }, SIGHUP);
       fy::log::info("ready");
       uv_run(&loop, UV_RUN_DEFAULT);
       const auto& s = srv.stats();
