@@ -17,6 +17,7 @@
 #include "core/args.h"
 #include "core/text.h"
 #include "wall/config.h"
+#include "wall/dnsfwd_status.h"
 #include "wall/nft.h"
 #include "wall/render.h"
 #include "wall/routes.h"
@@ -763,6 +764,7 @@ int Cli::cmd_status() {
   }
   if (r) fmt::print(out_, "rendered: {}\n", r->summary);
   if (w == Wall::machine && r) print_deputies(r->walled, r->agent_cgroup);
+  if (w == Wall::machine) print_dnsfwd_status(out_, *nft);
 
   if (w == Wall::host) {
     // The host wall counts its refusals instead of logging them.
