@@ -71,6 +71,8 @@ __FY_WALL_TOML__
 "$wall" apply machine --check --config /etc/fy-wall/fy-wall.toml.tmp
 "$wall" apply guard --check --config /etc/fy-wall/fy-wall.toml.tmp
 mv /etc/fy-wall/fy-wall.toml.tmp /etc/fy-wall/fy-wall.toml
+# fy-forwarder-guard.service reads (ConditionPathExists) fy-guard.toml.
+install -m0644 /etc/fy-wall/fy-wall.toml /etc/fy-wall/fy-guard.toml
 cat >/etc/systemd/system/fy-wall.service.tmp <<'__FY_WALL_UNIT__'
 @@WALL_UNIT@@__FY_WALL_UNIT__
 mv /etc/systemd/system/fy-wall.service.tmp /etc/systemd/system/fy-wall.service

@@ -87,11 +87,14 @@ bool Machine::check_guest() {
   if (wrong.empty()) return true;
   std::string list;
   for (const auto& w : wrong) list += "\n    - " + w;
+  std::string log_cmd = b_->name() == "lima"
+                            ? fmt::format("limactl shell {} -- cat /run/fy-wall/boot.log", n)
+                            : "$(fy-machine ssh-target) cat /run/fy-wall/boot.log";
   say_(fmt::format("✗ '{}' did not apply its boot provisioning:{}\n"
-                   "  Its log says why: limactl shell {} -- cat /run/fy-wall/boot.log\n"
+                   "  Its log says why: {}\n"
                    "  Fix the cause, then restart it so the script runs again: "
                    "fy-machine stop && fy-machine ensure",
-                   n, list, n));
+                   n, list, log_cmd));
   return false;
 }
 

@@ -330,7 +330,7 @@ Selection select_backend(const std::optional<std::string>& env,
   }
   s.explicit_ = true;
   s.named = to_lower(raw);
-  if (s.named == "lima" || s.named == "podman") {
+  if (s.named == "lima" || s.named == "podman" || s.named == "qemu") {
     s.name = s.named;
   } else if (s.named == "native") {
     s.name = "podman";
@@ -344,7 +344,7 @@ Selection select_backend(const std::optional<std::string>& env,
   } else {
     s.name = "podman";
     s.warnings.push_back(fmt::format(
-        "⚠ unknown {} '{}' — falling back to podman (the known backends: lima, podman).",
+        "⚠ unknown {} '{}' — falling back to podman (the known backends: lima, podman, qemu).",
         s.from == "MACHINE_BACKEND" ? "MACHINE_BACKEND" : "[machine].backend", raw));
   }
   return s;
@@ -352,6 +352,8 @@ Selection select_backend(const std::optional<std::string>& env,
 
 CliInfo cli_info(std::string_view backend) {
   if (backend == "lima") return {"limactl", "https://lima-vm.io — `brew install lima` on macOS"};
+  if (backend == "qemu")
+    return {"qemu-system-x86_64", "Debian's qemu-system-x86 (with qemu-utils, debootstrap, socat)"};
   return {"podman", "https://podman.io — `brew install podman` on macOS, `apt-get install podman`"};
 }
 
