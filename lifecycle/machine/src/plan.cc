@@ -206,6 +206,18 @@ std::optional<SshConfig> parse_ssh_config(std::string_view text) {
     else if (key == "identityfile" && c.identity.empty()) c.identity = unquote(rest);
   }
   if (c.port == 0 || c.user.empty()) return std::nullopt;
+  // fy-machine writes these back into the pinned config: a value that would
+  // not read back as itself (a quote, a space in a host or user, a control
+  // byte) could change what ssh does, so such a config is refused.
+  auto bad = [](const std::string& v, std::string_view extra) {
+    return std::any_of(v.begin(), v.end(), [&](char ch) {
+      return static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f || ch == '"' ||
+             extra.find(ch) != std::string_view::npos;
+    });
+  };
+  if (bad(c.hostname, " '#=") || bad(c.user, " '#=") || bad(c.identity, "") ||
+      c.hostname.empty() || (!c.identity.empty() && c.identity.back() == ' '))
+    return std::nullopt;
   return c;
 }
 

@@ -92,6 +92,7 @@ std::string qemu_boot_hook(const std::vector<std::string>& mounts, const std::st
 # (lifecycle/machine/src/qemu_plan.cc writes it).
 set -u
 rm -f /run/fyboot.rc /run/fyboot.done
+mount --make-rshared /  # rootless podman wants a shared root mount
 echo "fy-boot: start $(date -u +%T)"
 # The project's folders, at their host paths.
 {mounts}# The build's binaries where the units and the boot script expect them.
