@@ -189,6 +189,7 @@ int main(int argc, char** argv) {
   }
   if (c.gateway) s.boot.gateway = *c.gateway;
   else if (s.sel.name == "qemu") s.boot.gateway = std::string(kQemuGateway);
+  if (s.sel.name == "qemu") s.boot.bridge_watch = "poll";  // boot.h says why
   for (char ch : s.boot.gateway)
     if (!(std::isdigit(static_cast<unsigned char>(ch)) || ch == '.')) {
       std::fprintf(stderr, "✗ [machine].gateway '%s' is not an IPv4 address\n", s.boot.gateway.c_str());

@@ -64,6 +64,27 @@ void terminate(const std::vector<pid_t>& pids, milliseconds wait) {
   }
 }
 
+// A VM process's argv (NUL-separated) names machine `n`: an argument that is
+// `n`, or holds it as a file name's stem (".../n.qcow2", ".../n_ovmf_vars.fd",
+// "path=.../n/..."). Not a bare substring: "-append" does not name "app".
+bool names_machine(std::string_view cmdline, const std::string& n) {
+  size_t start = 0;
+  while (start < cmdline.size()) {
+    size_t end = cmdline.find('\0', start);
+    if (end == std::string_view::npos) end = cmdline.size();
+    std::string_view a = cmdline.substr(start, end - start);
+    if (a == n) return true;
+    for (size_t p = a.find(n); p != std::string_view::npos; p = a.find(n, p + 1)) {
+      bool left = p == 0 || std::string_view("/=, ").find(a[p - 1]) != std::string_view::npos;
+      size_t r = p + n.size();
+      bool right = r == a.size() || std::string_view("/._,: ").find(a[r]) != std::string_view::npos;
+      if (left && right) return true;
+    }
+    start = end + 1;
+  }
+  return false;
+}
+
 // ---------------------------------------------------------------- lima ----
 
 class Lima final : public Backend {
@@ -352,7 +373,7 @@ class Podman final : public Backend {
       if (u == std::string::npos || std::strtoul(status->c_str() + u + 6, nullptr, 10) != me) continue;
       std::string c = first_line(*comm);
       bool vm_tool = c == "krunkit" || c == "vfkit" || c == "gvproxy" || c.rfind("qemu-system", 0) == 0;
-      if (vm_tool && cmd->find(n) != std::string::npos && pid_alive(static_cast<pid_t>(pid)))
+      if (vm_tool && names_machine(*cmd, n) && pid_alive(static_cast<pid_t>(pid)))
         out.push_back(static_cast<pid_t>(pid));
     }
     ::closedir(d);

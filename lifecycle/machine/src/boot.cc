@@ -112,7 +112,7 @@ stamp = false
 
 [bridge]
 netns = "/run/user/$uid/netns/rootless-netns"
-
+@@BRIDGE_WATCH@@
 [vm]
 listen = "127.42.0.1"
 walled_uids = [$walled]
@@ -244,6 +244,8 @@ Rendered render_boot(const BootSpec& s) {
   replace_all(t, "@@MINTER_PORT@@", std::to_string(s.port_base + 100));
   replace_all(t, "@@FORWARDER_KEY@@", shell_quote(s.forwarder_key));
   replace_all(t, "@@WANT@@", shell_quote(boot_want(s)));
+  replace_all(t, "@@BRIDGE_WATCH@@",
+              s.bridge_watch.empty() ? "" : "watch = " + json_quote(s.bridge_watch) + "\n");
   // Units last: their text is not scanned for placeholders again.
   replace_all(t, "@@WALL_UNIT@@", unit_body(s.wall_unit));
   replace_all(t, "@@GUARD_UNIT@@", unit_body(s.guard_unit));

@@ -4,6 +4,7 @@
 // writes back does not read back as what it parsed (the pinned config's host,
 // port, user and key; the known_hosts keys), or when the pin verdict is not
 // the set relation it claims.
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
