@@ -233,9 +233,7 @@ class QemuMachine(unittest.TestCase):
         sudo = self.root("cat /etc/sudoers.d/90-cloud-init-users").stdout
         self.assertEqual(sudo, "fy ALL=(ALL) NOPASSWD:/sbin/shutdown -h now\n", "sudo narrowed")
         # ssh-target: pinned at first contact, strict checking, the VM user.
-        t = self.fym("ssh-target", "--json")
-        self.assertEqual(t.returncode, 0, t.stderr)
-        j = json.loads(t.stdout)
+        j = self.target()
         self.assertEqual(j["user"], "fy")
         p = subprocess.run(["ssh", "-F", j["config"], j["host"], "id -u"], capture_output=True,
                            text=True, timeout=60, stdin=subprocess.DEVNULL)
@@ -243,9 +241,18 @@ class QemuMachine(unittest.TestCase):
         with open(j["config"]) as f:
             self.assertIn("StrictHostKeyChecking yes", f.read())
 
+    def target(self):
+        """ssh-target --json, once: each call verifies the pin with ssh-keyscan,
+        a minute under TCG on a loaded machine."""
+        if getattr(type(self), "_target", None) is None:
+            r = self.fym("ssh-target", "--json")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            type(self)._target = json.loads(r.stdout)
+        return type(self)._target
+
     def walled(self, url, proxy_port):
         """The walled VM user's own process (uid 1000) over ssh-target's pinned config."""
-        t = json.loads(self.fym("ssh-target", "--json").stdout)
+        t = self.target()
         return subprocess.run(["ssh", "-F", t["config"], t["host"],
                                f"http_proxy=http://{GATEWAY}:{proxy_port} busybox wget -q -T 10 "
                                f"-O - {url}"], capture_output=True, text=True, timeout=120,
