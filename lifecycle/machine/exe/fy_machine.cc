@@ -14,6 +14,7 @@
 #include "core/crypto.h"
 #include "core/text.h"
 #include "machine.h"
+#include "qemu.h"
 
 #ifndef FY_MACHINE_ASSETS
 #define FY_MACHINE_ASSETS ""
@@ -43,9 +44,10 @@ options:
   --worktrees DIR   the worktrees root (default: [machine].worktrees, else <repo>.worktrees)
   --json            (ssh-target) machine-readable output
 
-env: MACHINE_BACKEND (lima|podman), MACHINE_CPUS, MACHINE_MEMORY (MiB),
+env: MACHINE_BACKEND (lima|podman|qemu), MACHINE_CPUS, MACHINE_MEMORY (MiB),
      MACHINE_DISK (GiB), MACHINE_VMTYPE, PODMAN_MACHINE, FY_MACHINE_RUNTIME
-     (gvisor), FY_MACHINE_STATE_DIR, FY_MACHINE_ASSETS
+     (gvisor), FY_MACHINE_STATE_DIR, FY_MACHINE_ASSETS; qemu: FY_QEMU_HOME,
+     FY_GUEST_SHARE (the build run at /fy, default <repo>/build), FY_GUEST_BUILD_IMAGE
 exit: 0 done/ready, 1 refused or not ready, 2 usage or configuration error
 )";
 
@@ -186,12 +188,14 @@ int main(int argc, char** argv) {
     s.boot.port_base = static_cast<int64_t>(*v);
   }
   if (c.gateway) s.boot.gateway = *c.gateway;
+  else if (s.sel.name == "qemu") s.boot.gateway = std::string(kQemuGateway);
+  if (s.sel.name == "qemu") s.boot.bridge_watch = "poll";  // boot.h says why
   for (char ch : s.boot.gateway)
     if (!(std::isdigit(static_cast<unsigned char>(ch)) || ch == '.')) {
       std::fprintf(stderr, "✗ [machine].gateway '%s' is not an IPv4 address\n", s.boot.gateway.c_str());
       return 2;
     }
-  bool needs_assets = s.sel.name == "lima" && (verb == "ensure" || verb == "status");
+  bool needs_assets = (s.sel.name == "lima" || s.sel.name == "qemu") && (verb == "ensure" || verb == "status");
   if (needs_assets) {
     std::string assets = env("FY_MACHINE_ASSETS").value_or(FY_MACHINE_ASSETS);
     auto wu = read_asset(assets, "wall/dist/fy-wall.service");
@@ -217,7 +221,31 @@ int main(int argc, char** argv) {
 
   Say say = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
   Env e{say, home, c.vmtype};
-  auto backend = s.sel.name == "lima" ? make_lima(e) : make_podman(e);
+  std::unique_ptr<Backend> backend;
+  if (s.sel.name == "lima") {
+    backend = make_lima(e);
+  } else if (s.sel.name == "qemu") {
+    QemuOptions q;
+    q.home = env("FY_QEMU_HOME").value_or(state_root + "/qemu");
+    q.build_image = env("FY_GUEST_BUILD_IMAGE")
+                        .value_or(env("FY_MACHINE_ASSETS").value_or(FY_MACHINE_ASSETS) +
+                                  "/lifecycle/guest/build-image");
+    // The build the guest runs (its fy-wall, its fy-forwarder), at /fy.
+    q.share = env("FY_GUEST_SHARE").value_or(s.repo + "/build");
+    q.gateway = s.boot.gateway;
+    q.port_base = s.boot.port_base;
+    if (verb == "ensure" && !fs::exists(q.share + "/wall/fy-wall")) {
+      std::fprintf(stderr,
+                   "✗ the qemu guest runs the build at %s (its wall/fy-wall, forwarder/fy-forwarder), "
+                   "and there is none: build it (ninja -C build) or set FY_GUEST_SHARE to a foldyard "
+                   "build directory\n",
+                   q.share.c_str());
+      return 2;
+    }
+    backend = make_qemu(e, q);
+  } else {
+    backend = make_podman(e);
+  }
   Machine m(std::move(s), std::move(backend), say);
   if (m.backend().name() == "lima" && runtime == "gvisor") m.add_check(make_gvisor_probe());
 

@@ -71,6 +71,8 @@ __FY_WALL_TOML__
 "$wall" apply machine --check --config /etc/fy-wall/fy-wall.toml.tmp
 "$wall" apply guard --check --config /etc/fy-wall/fy-wall.toml.tmp
 mv /etc/fy-wall/fy-wall.toml.tmp /etc/fy-wall/fy-wall.toml
+# fy-forwarder-guard.service reads (ConditionPathExists) fy-guard.toml.
+install -m0644 /etc/fy-wall/fy-wall.toml /etc/fy-wall/fy-guard.toml
 cat >/etc/systemd/system/fy-wall.service.tmp <<'__FY_WALL_UNIT__'
 @@WALL_UNIT@@__FY_WALL_UNIT__
 mv /etc/systemd/system/fy-wall.service.tmp /etc/systemd/system/fy-wall.service
@@ -110,7 +112,7 @@ stamp = false
 
 [bridge]
 netns = "/run/user/$uid/netns/rootless-netns"
-
+@@BRIDGE_WATCH@@
 [vm]
 listen = "127.42.0.1"
 walled_uids = [$walled]
@@ -276,6 +278,8 @@ Rendered render_boot(const BootSpec& s) {
   replace_all(t, "@@MINTER_PORT@@", std::to_string(s.port_base + 100));
   replace_all(t, "@@FORWARDER_KEY@@", shell_quote(s.forwarder_key));
   replace_all(t, "@@WANT@@", shell_quote(boot_want(s)));
+  replace_all(t, "@@BRIDGE_WATCH@@",
+              s.bridge_watch.empty() ? "" : "watch = " + json_quote(s.bridge_watch) + "\n");
   // Units last: their text is not scanned for placeholders again.
   replace_all(t, "@@WALL_UNIT@@", unit_body(s.wall_unit));
   replace_all(t, "@@GUARD_UNIT@@", unit_body(s.guard_unit));

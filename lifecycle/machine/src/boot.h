@@ -25,6 +25,10 @@ struct BootSpec {
   std::string sockfilter_bin = "/usr/local/bin/fy-sockfilter";
   std::string runsc_bin = "/usr/local/bin/runsc";
   int64_t journal_max_mib = 512;
+  // The forwarder's [bridge] watch: "" leaves its default (events); the qemu
+  // guest says "poll" (there fy-forwarder's events watch aborts in libuv,
+  // uv__finish_close, within seconds of its start).
+  std::string bridge_watch;
 };
 
 // What the guest's state file says when the script ran to its end.

@@ -87,11 +87,14 @@ bool Machine::check_guest() {
   if (wrong.empty()) return true;
   std::string list;
   for (const auto& w : wrong) list += "\n    - " + w;
+  std::string log_cmd = b_->name() == "lima"
+                            ? fmt::format("limactl shell {} -- cat /run/fy-wall/boot.log", n)
+                            : "$(fy-machine ssh-target) cat /run/fy-wall/boot.log";
   say_(fmt::format("✗ '{}' did not apply its boot provisioning:{}\n"
-                   "  Its log says why: limactl shell {} -- cat /run/fy-wall/boot.log\n"
+                   "  Its log says why: {}\n"
                    "  Fix the cause, then restart it so the script runs again: "
                    "fy-machine stop && fy-machine ensure",
-                   n, list, n));
+                   n, list, log_cmd));
   return false;
 }
 
@@ -111,7 +114,9 @@ bool Machine::pin_host_key(int tries, std::string* config, std::string* alias, S
   std::vector<HostKey> seen;
   std::string err;
   for (int k = 0; k < tries && seen.empty(); ++k) {
-    RunResult r = run({"ssh-keyscan", "-T", "5", "-p", std::to_string(t->port), t->hostname}, 20s);
+    // -T 60: ssh-keyscan runs one key exchange per key type at once, and an
+    // emulated guest (qemu under TCG, a loaded machine) took longer than 15 s.
+    RunResult r = run({"ssh-keyscan", "-T", "60", "-p", std::to_string(t->port), t->hostname}, 120s);
     seen = parse_host_keys(r.out);
     err = trimmed(r.err);
     if (seen.empty() && k + 1 < tries) sleep_for(scaled(1000ms));
@@ -348,7 +353,7 @@ int Machine::ssh_target(bool json) {
   if (!cli_ok()) return 1;
   std::string cfg, alias;
   SshConfig t;
-  if (!pin_host_key(1, &cfg, &alias, &t)) return 1;
+  if (!pin_host_key(3, &cfg, &alias, &t)) return 1;
   if (json)
     fmt::print("{}\n", ssh_target_json(cfg, alias, t, s_.state_dir + "/known_hosts"));
   else

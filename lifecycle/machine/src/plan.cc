@@ -206,6 +206,18 @@ std::optional<SshConfig> parse_ssh_config(std::string_view text) {
     else if (key == "identityfile" && c.identity.empty()) c.identity = unquote(rest);
   }
   if (c.port == 0 || c.user.empty()) return std::nullopt;
+  // fy-machine writes these back into the pinned config: a value that would
+  // not read back as itself (a quote, a space in a host or user, a control
+  // byte) could change what ssh does, so such a config is refused.
+  auto bad = [](const std::string& v, std::string_view extra) {
+    return std::any_of(v.begin(), v.end(), [&](char ch) {
+      return static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f || ch == '"' ||
+             extra.find(ch) != std::string_view::npos;
+    });
+  };
+  if (bad(c.hostname, " '#=") || bad(c.user, " '#=") || bad(c.identity, "") ||
+      c.hostname.empty() || (!c.identity.empty() && c.identity.back() == ' '))
+    return std::nullopt;
   return c;
 }
 
@@ -330,7 +342,7 @@ Selection select_backend(const std::optional<std::string>& env,
   }
   s.explicit_ = true;
   s.named = to_lower(raw);
-  if (s.named == "lima" || s.named == "podman") {
+  if (s.named == "lima" || s.named == "podman" || s.named == "qemu") {
     s.name = s.named;
   } else if (s.named == "native") {
     s.name = "podman";
@@ -344,7 +356,7 @@ Selection select_backend(const std::optional<std::string>& env,
   } else {
     s.name = "podman";
     s.warnings.push_back(fmt::format(
-        "⚠ unknown {} '{}' — falling back to podman (the known backends: lima, podman).",
+        "⚠ unknown {} '{}' — falling back to podman (the known backends: lima, podman, qemu).",
         s.from == "MACHINE_BACKEND" ? "MACHINE_BACKEND" : "[machine].backend", raw));
   }
   return s;
@@ -352,6 +364,8 @@ Selection select_backend(const std::optional<std::string>& env,
 
 CliInfo cli_info(std::string_view backend) {
   if (backend == "lima") return {"limactl", "https://lima-vm.io — `brew install lima` on macOS"};
+  if (backend == "qemu")
+    return {"qemu-system-x86_64", "Debian's qemu-system-x86 (with qemu-utils, debootstrap, socat)"};
   return {"podman", "https://podman.io — `brew install podman` on macOS, `apt-get install podman`"};
 }
 

@@ -133,7 +133,7 @@ std::vector<std::string> parse_podman_mounts(std::string_view machine_json);
 // ---- selection --------------------------------------------------------------
 
 struct Selection {
-  std::string name;           // "lima" or "podman": always a VM backend
+  std::string name;           // "lima", "podman" or "qemu": always a VM backend
   bool explicit_ = false;     // somebody named a backend (env or config)
   std::string named;          // what was named, lowercased ("" when inherited)
   std::string from;           // "MACHINE_BACKEND", "[machine].backend" or "default"

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <netinet/in.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -294,5 +295,66 @@ std::chrono::milliseconds scaled(std::chrono::milliseconds d) {
 }
 
 void sleep_for(std::chrono::milliseconds d) { std::this_thread::sleep_for(d); }
+
+}  // namespace fy::machine
+
+namespace fy::machine {
+
+pid_t spawn_detached(const std::vector<std::string>& argv, const std::string& log) {
+  if (argv.empty()) return -1;
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) return -1;
+  std::vector<char*> cargv;
+  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+  cargv.push_back(nullptr);
+  pid_t mid = ::fork();
+  if (mid < 0) {
+    ::close(p[0]);
+    ::close(p[1]);
+    return -1;
+  }
+  if (mid == 0) {
+    // The middle process: a new session, then the daemon, whose pid goes up
+    // the pipe; the middle exits at once, so init reaps the daemon.
+    ::setsid();
+    pid_t d = ::fork();
+    if (d == 0) {
+      int in = ::open("/dev/null", O_RDONLY);
+      int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+      if (in >= 0) ::dup2(in, 0);
+      if (out >= 0) {
+        ::dup2(out, 1);
+        ::dup2(out, 2);
+      }
+      ::execvp(cargv[0], cargv.data());
+      _exit(127);
+    }
+    ssize_t w = ::write(p[1], &d, sizeof d);
+    (void)w;
+    _exit(0);
+  }
+  ::close(p[1]);
+  pid_t d = -1;
+  ssize_t got = ::read(p[0], &d, sizeof d);
+  ::close(p[0]);
+  int st = 0;
+  ::waitpid(mid, &st, 0);
+  return got == sizeof d ? d : -1;
+}
+
+int free_loopback_port() {
+  int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return -1;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  int port = -1;
+  if (::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+    port = ntohs(a.sin_port);
+  ::close(s);
+  return port;
+}
 
 }  // namespace fy::machine

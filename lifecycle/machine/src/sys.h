@@ -50,3 +50,15 @@ std::chrono::milliseconds scaled(std::chrono::milliseconds d);
 void sleep_for(std::chrono::milliseconds d);
 
 }  // namespace fy::machine
+
+namespace fy::machine {
+
+// Starts argv as a daemon (its own session, stdin /dev/null, stdout and
+// stderr appended to `log`), not a child of this process: it outlives the CLI
+// and is never a zombie of it. Returns its pid, or -1 (errno set).
+pid_t spawn_detached(const std::vector<std::string>& argv, const std::string& log);
+
+// A TCP port on 127.0.0.1 that was free a moment ago (bound, read, closed).
+int free_loopback_port();
+
+}  // namespace fy::machine

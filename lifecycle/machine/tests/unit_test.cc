@@ -2,8 +2,11 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <algorithm>
+
 #include "boot.h"
 #include "plan.h"
+#include "qemu.h"
 
 using namespace fy::machine;
 
@@ -207,4 +210,99 @@ TEST_CASE("host processes: the machine's name as a whole word of an argument, ne
   CHECK_FALSE(cmdline_names_machine("vfkit\0apple\0happ\0"s, "app"));
   CHECK_FALSE(cmdline_names_machine("vfkit\0app"s, ""));
   CHECK(cmdline_names_machine("vfkit\0x\0app"s, "app"));  // no trailing NUL
+}
+
+TEST_CASE("qemu: vm.json round-trips; anything else is refused") {
+  QemuVm v{"/var/cache/foldyard/guest/abc", 2, 3000, {"/src/app", "/src/app.worktrees"}};
+  auto back = parse_qemu_vm(render_qemu_vm(v));
+  REQUIRE(back);
+  CHECK(back->image == v.image);
+  CHECK(back->cpus == 2);
+  CHECK(back->memory_mib == 3000);
+  CHECK(back->mounts == v.mounts);
+  CHECK_FALSE(parse_qemu_vm(""));
+  CHECK_FALSE(parse_qemu_vm("[]"));
+  CHECK_FALSE(parse_qemu_vm(R"({"image": ""})"));
+  CHECK_FALSE(parse_qemu_vm(R"({"image": "/i", "cpus": "2"})"));
+  CHECK_FALSE(parse_qemu_vm(R"({"image": "/i", "cpus": 0})"));
+  CHECK_FALSE(parse_qemu_vm(R"({"image": "/i", "memory_mib": 64})"));
+  CHECK_FALSE(parse_qemu_vm(R"({"image": "/i", "mounts": ["rel"]})"));
+  CHECK_FALSE(parse_qemu_vm(R"({"image": "/i", "mounts": ["/a,b"]})"));
+  CHECK_FALSE(parse_qemu_vm(R"({"image": "/i", "mounts": "/a"})"));
+  CHECK(parse_qemu_vm(R"({"image": "/i"})")->cpus == 2);
+}
+
+TEST_CASE("qemu: the argv boots the image's kernel on the VM's overlay, daemonized, walled net") {
+  QemuLaunch l{"/st/qemu/app", {"/img", 3, 2500, {"/src/app", "/src/wt"}}, false, 2222, "/b",
+               std::string(kQemuGateway), 41000};
+  auto a = qemu_argv(l);
+  auto has = [&](const std::string& x) { return std::find(a.begin(), a.end(), x) != a.end(); };
+  auto after = [&](const std::string& x) {
+    auto it = std::find(a.begin(), a.end(), x);
+    return it == a.end() || it + 1 == a.end() ? std::string() : *(it + 1);
+  };
+  CHECK(a[0] == "qemu-system-x86_64");
+  CHECK(after("-accel") == "tcg,thread=multi");
+  CHECK_FALSE(has("-enable-kvm"));
+  CHECK(after("-m") == "2500");
+  CHECK(after("-smp") == "3");
+  CHECK(after("-kernel") == "/img/vmlinuz");
+  CHECK(after("-drive") == "file=/st/qemu/app/overlay.qcow2,if=virtio,format=qcow2");
+  CHECK(after("-pidfile") == "/st/qemu/app/qemu.pid");
+  CHECK(has("-daemonize"));
+  CHECK(after("-append").find("init=/sbin/fy-init") != std::string::npos);
+  std::string net = after("-netdev");
+  CHECK(net.starts_with("user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:2222-:22,"));
+  // Every port of the band, and nothing else, reaches the host.
+  CHECK(net.find(",guestfwd=tcp:10.0.2.100:41000-cmd:socat - TCP:127.0.0.1:41000") != std::string::npos);
+  CHECK(net.find(":41089-cmd:socat - TCP:127.0.0.1:41089") != std::string::npos);
+  CHECK(net.find(":41090-") == std::string::npos);
+  CHECK(net.find(":41100-cmd:socat - TCP:127.0.0.1:41100") != std::string::npos);
+  CHECK(net.find(":41189-") != std::string::npos);
+  CHECK(net.find(":41190-") == std::string::npos);
+  size_t n = 0;
+  for (size_t p = 0; (p = net.find("guestfwd=", p)) != std::string::npos; ++p) ++n;
+  CHECK(n == 180);
+  std::vector<std::string> fs;
+  for (size_t i = 0; i + 1 < a.size(); ++i)
+    if (a[i] == "-virtfs") fs.push_back(a[i + 1]);
+  CHECK(fs == std::vector<std::string>{
+                  "local,path=/st/qemu/app/boot,mount_tag=fyboot,security_model=none,readonly=on",
+                  "local,path=/b,mount_tag=fybuild,security_model=none,readonly=on",
+                  "local,path=/src/app,mount_tag=fym0,security_model=none",
+                  "local,path=/src/wt,mount_tag=fym1,security_model=none"});
+  l.kvm = true;
+  a = qemu_argv(l);
+  CHECK(after("-cpu") == "host");
+  CHECK(has("-enable-kvm"));
+}
+
+TEST_CASE("qemu: the boot hook mounts, runs the provisioning, then the VM user's engine") {
+  std::string h = qemu_boot_hook({"/src/my app"}, "/run/user/1000/podman/podman.sock");
+  CHECK(h.find("mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 fym0 '/src/my app'") !=
+        std::string::npos);
+  size_t prov = h.find("bash /run/fyboot/provision.sh");
+  size_t eng = h.find("podman system service --time=0 unix:///run/user/1000/podman/podman.sock");
+  size_t done = h.find("touch /run/fyboot.done");
+  CHECK(prov != std::string::npos);
+  CHECK(eng > prov);
+  CHECK(done > eng);
+  CHECK(h.find("su -s /bin/sh fy -c") != std::string::npos);
+}
+
+TEST_CASE("qemu: Lima's fields filled as lima would; KVM only where it boots a stock kernel") {
+  CHECK(fill_lima_fields("u='{{.User}}' i='{{.UID}}' {{.User}}", "fy", 1000) == "u='fy' i='1000' fy");
+  std::string why;
+  CHECK_FALSE(qemu_use_kvm(true, false, true, &why));
+  CHECK(why.find("kvm_pvm") != std::string::npos);
+  CHECK(qemu_use_kvm(true, true, true, &why));
+  CHECK_FALSE(qemu_use_kvm(false, true, false, &why));
+  CHECK(qemu_use_kvm(false, true, true, &why));
+}
+
+TEST_CASE("selection: qemu is a backend of its own") {
+  auto s = select_backend(std::string("QEMU"), std::nullopt);
+  CHECK(s.name == "qemu");
+  CHECK(s.warnings.empty());
+  CHECK(cli_info("qemu").cli == "qemu-system-x86_64");
 }
