@@ -38,8 +38,8 @@ std::optional<std::string> selector_error(std::string_view sel) {
   if (starts(sel, "container:")) {
     if (is_hex64(sel.substr(10))) return std::nullopt;
     return fmt::format("'{}': a container is named by its full 64-hex id (container:<id>), as the "
-                       "stamp carries it; names are the engine's and the proxy does not look "
-                       "them up", sel);
+                       "stamp carries it; a name is the engine's claim (the box's own engine writes "
+                       "it), so it names no one for a credential", sel);
   }
   if (starts(sel, "uid:")) {
     std::string_view n = sel.substr(4);
@@ -59,9 +59,10 @@ std::optional<std::string> selector_error(std::string_view sel) {
     return fmt::format("'{}': a network principal is net:<name> or net:<name>/<address>", sel);
   }
   if (starts(sel, "service:"))
-    return fmt::format("'{}': compose services are not known at admission (the proxy does not "
-                       "read the engine's snapshots); name the service's network "
-                       "(net:<name>) or its address (net:<name>/<address>)", sel);
+    return fmt::format("'{}': a compose service is the engine's claim (the box's own engine "
+                       "writes it), so it names no one for a credential; name the container "
+                       "by id (container:<id>), its network (net:<name>) or its address "
+                       "(net:<name>/<address>)", sel);
   return fmt::format("'{}' is not a principal: use \"box\", \"user\", \"build\", "
                      "\"build:<scope>\", \"container:<id>\", \"uid:<n>\", \"net:<name>\" or "
                      "\"net:<name>/<address>\"", sel);

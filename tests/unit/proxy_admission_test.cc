@@ -782,7 +782,7 @@ TEST_CASE("admission: scope's settings are validated") {
   CHECK(bad("[scope]\nbox = [\"box\"]\n").find("box cannot name itself") != std::string::npos);
   CHECK(bad("[scope]\ncredentials = []\n").find("names nobody") != std::string::npos);
   CHECK(bad("[[grant]]\nhost = \"a.example\"\nprincipals = [\"service:proj/web\"]\n")
-            .find("compose services are not known at admission") != std::string::npos);
+            .find("a compose service is the engine's claim") != std::string::npos);
   CHECK(bad("[[inject]]\nswitch = \"t\"\nhost = \"a.example\"\nprincipals = [\"root\"]\n")
             .find("'root' is not a principal") != std::string::npos);
   CHECK(bad("[scope]\nmode = \"on\"\nfoo = 1\n").find("foo") != std::string::npos);
