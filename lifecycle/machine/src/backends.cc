@@ -41,29 +41,6 @@ std::string argv_str(const std::vector<std::string>& argv) {
   return s;
 }
 
-std::string first_line(const std::string& s) {
-  std::string l = s.substr(0, s.find('\n'));
-  while (!l.empty() && (l.back() == '\r' || l.back() == ' ')) l.pop_back();
-  return l;
-}
-
-// SIGTERM, a wait, SIGKILL, a wait: whatever of `pids` is still alive.
-void terminate(const std::vector<pid_t>& pids, milliseconds wait) {
-  for (int sig : {SIGTERM, SIGKILL}) {
-    bool any = false;
-    for (pid_t p : pids)
-      if (pid_alive(p)) {
-        ::kill(p, sig);
-        any = true;
-      }
-    if (!any) return;
-    auto until = std::chrono::steady_clock::now() + wait;
-    while (std::chrono::steady_clock::now() < until &&
-           std::any_of(pids.begin(), pids.end(), pid_alive))
-      sleep_for(50ms);
-  }
-}
-
 // ---------------------------------------------------------------- lima ----
 
 class Lima final : public Backend {

@@ -22,27 +22,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-void end_pids(const std::vector<pid_t>& pids, std::chrono::milliseconds wait) {
-  for (int sig : {SIGTERM, SIGKILL}) {
-    bool any = false;
-    for (pid_t p : pids)
-      if (pid_alive(p)) {
-        ::kill(p, sig);
-        any = true;
-      }
-    if (!any) return;
-    auto until = std::chrono::steady_clock::now() + wait;
-    while (std::chrono::steady_clock::now() < until && std::any_of(pids.begin(), pids.end(), pid_alive))
-      sleep_for(50ms);
-  }
-}
-
-std::string first_line(const std::string& s) {
-  std::string l = s.substr(0, s.find('\n'));
-  while (!l.empty() && (l.back() == '\r' || l.back() == ' ')) l.pop_back();
-  return l;
-}
-
 class Qemu final : public Backend {
  public:
   Qemu(Env e, QemuOptions o) : env_(std::move(e)), o_(std::move(o)) {}
@@ -177,7 +156,7 @@ class Qemu final : public Backend {
   // The libpod socket on the host: an ssh stream forward of the guest's.
   bool forward(const std::string& n) {
     std::string d = dir(n);
-    if (auto p = live_pid_file(d + "/fwd.pid")) end_pids({*p}, scaled(2s));
+    if (auto p = live_pid_file(d + "/fwd.pid")) terminate({*p}, scaled(2s));
     std::string host = d + "/podman.sock";
     ::unlink(host.c_str());
     auto a = ssh_base(n, std::string(kQemuUser));
@@ -207,7 +186,7 @@ class Qemu final : public Backend {
       run(a, 20s);
     }
     auto pids = host_pids(n);
-    end_pids(pids, scaled(10s));
+    terminate(pids, scaled(10s));
     for (const char* f : {"/qemu.pid", "/fwd.pid", "/ssh.port", "/podman.sock"})
       ::unlink((d + f).c_str());
     return host_pids(n).empty();
@@ -226,7 +205,7 @@ class Qemu final : public Backend {
     if (qemu_pid(n)) return {};
     auto f = live_pid_file(dir(n) + "/fwd.pid");
     if (!f) return {};
-    end_pids({*f}, scaled(2s));
+    terminate({*f}, scaled(2s));
     return {*f};
   }
 

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -267,6 +268,28 @@ bool pid_alive(pid_t pid) {
     if (rp != std::string::npos && rp + 2 < st->size() && (*st)[rp + 2] == 'Z') return false;
   }
   return true;
+}
+
+void terminate(const std::vector<pid_t>& pids, std::chrono::milliseconds wait) {
+  for (int sig : {SIGTERM, SIGKILL}) {
+    bool any = false;
+    for (pid_t p : pids)
+      if (pid_alive(p)) {
+        ::kill(p, sig);
+        any = true;
+      }
+    if (!any) return;
+    auto until = std::chrono::steady_clock::now() + wait;
+    while (std::chrono::steady_clock::now() < until &&
+           std::any_of(pids.begin(), pids.end(), pid_alive))
+      sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+std::string first_line(const std::string& s) {
+  std::string l = s.substr(0, s.find('\n'));
+  while (!l.empty() && (l.back() == '\r' || l.back() == ' ')) l.pop_back();
+  return l;
 }
 
 std::optional<pid_t> live_pid_file(const std::string& path) {

@@ -40,6 +40,11 @@ std::optional<std::string> read_file(const std::string& path);
 bool write_file(const std::string& path, const std::string& data, mode_t mode = 0644);
 bool mkdirs(const std::string& path, mode_t mode = 0755);
 bool pid_alive(pid_t pid);
+// SIGTERM, up to `wait` for them to go, then SIGKILL and up to `wait` again:
+// whatever of `pids` is still alive. Returns when none is or both waits ran.
+void terminate(const std::vector<pid_t>& pids, std::chrono::milliseconds wait);
+// A tool's first line of output, without its trailing CR and spaces.
+std::string first_line(const std::string& s);
 // The pid in a lima-style pid file, if it names a live process.
 std::optional<pid_t> live_pid_file(const std::string& path);
 std::optional<std::string> env(const char* name);
