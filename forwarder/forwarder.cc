@@ -412,30 +412,10 @@ void Forwarder::watch_dir() {
   std::string target = cfg_.bridge.netns.empty() ? cfg_.bridge.netns_pid_file : cfg_.bridge.netns;
   std::string dir = dirname_of(target);
   if (dir.rfind("/proc/", 0) == 0 && dir.find("/root/") == std::string::npos) return;
-  if (dir_watching_) return;
-  uv_fs_event_init(loop_, &dir_watch_);
-  dir_watch_.data = this;
-  int rc = uv_fs_event_start(
-      &dir_watch_,
-      [](uv_fs_event_t* h, const char* name, int events, int status) {
-        auto* self = static_cast<Forwarder*>(h->data);
-        if (status < 0) {
-          // The directory went away: drop the watch; the poll re-makes it.
-          uv_fs_event_stop(h);
-          uv_close(reinterpret_cast<uv_handle_t*>(h), [](uv_handle_t* hh) {
-            static_cast<Forwarder*>(hh->data)->dir_watching_ = false;
-          });
-          return;
-        }
-        self->on_event("inotify");
-      },
-      dir.c_str(), 0);
-  if (rc != 0) {
-    uv_close(reinterpret_cast<uv_handle_t*>(&dir_watch_), nullptr);
-    return;
-  }
-  dir_watching_ = true;
-  watched_dir_ = dir;
+  if (stopping_ || !dir_watch_ || dir_watch_->armed()) return;
+  // A directory that does not exist yet (/run/user/<uid> before the user's
+  // first login) is not watched: the poll timer tries again each tick.
+  dir_watch_->arm(dir);
 }
 
 void Forwarder::start_watches() {
@@ -445,12 +425,13 @@ void Forwarder::start_watches() {
       [](uv_timer_t* t) {
         auto* self = static_cast<Forwarder*>(t->data);
         self->rescan_bridge("poll");
-        if (self->cfg_.bridge.watch_events && !self->dir_watching_) self->watch_dir();
+        if (self->cfg_.bridge.watch_events) self->watch_dir();
       },
       cfg_.bridge.poll_ms, cfg_.bridge.poll_ms);
 }
 
 void Forwarder::start_event_watches() {
+  dir_watch_ = std::make_unique<DirWatch>(loop_, [this] { on_event("inotify"); });
   watch_dir();
   mountinfo_fd_ = ::open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
   if (mountinfo_fd_ >= 0) {
@@ -753,7 +734,7 @@ void Forwarder::stop() {
     close_h(&poll_timer_);
     close_h(&burst_timer_);
   }
-  if (dir_watching_) close_h(&dir_watch_);
+  if (dir_watch_) dir_watch_->drop();
   if (mount_watching_) close_h(&mount_watch_);
   if (control_open_) {
     close_h(&control_);

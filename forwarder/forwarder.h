@@ -23,6 +23,7 @@
 #include "core/result.h"
 #include "forwarder/attrib.h"
 #include "forwarder/config.h"
+#include "forwarder/dirwatch.h"
 #include "forwarder/engine.h"
 #include "forwarder/listener.h"
 #include "forwarder/relay.h"
@@ -96,9 +97,10 @@ class Forwarder {
   uint64_t bridge_switches_ = 0;
   uint64_t last_warn_ms_ = 0;
 
-  uv_fs_event_t dir_watch_{};
-  bool dir_watching_ = false;
-  std::string watched_dir_;
+  // The inotify watch on the bridge path's directory: made in
+  // start_event_watches, re-armed by the poll timer, the only owner and
+  // closer of its handle (forwarder/dirwatch.h).
+  std::unique_ptr<DirWatch> dir_watch_;
   uv_poll_t mount_watch_{};
   bool mount_watching_ = false;
   int mountinfo_fd_ = -1;

@@ -4,6 +4,7 @@
 // are tested with real kernel parts by the Python tests beside this file.
 #include <arpa/inet.h>
 #include <doctest/doctest.h>
+#include <uv.h>
 #include <fcntl.h>
 #include <net/if.h>
 #include <netinet/in.h>
@@ -16,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -24,6 +26,7 @@
 #include "core/stamp.h"
 #include "forwarder/attrib.h"
 #include "forwarder/config.h"
+#include "forwarder/dirwatch.h"
 #include "forwarder/head.h"
 #include "forwarder/ingress.h"
 #include "forwarder/netns.h"
@@ -769,4 +772,78 @@ TEST_CASE("starts: a process's addresses, for as long as its namespace lives") {
   CHECK(starts.holder("10.217.0.5").empty());
   CHECK(starts.size() == 0);
   CHECK_FALSE(starts.record(id, child).ok());
+}
+
+// The bridge directory watch (forwarder/dirwatch.h) with a real loop and real
+// directories. The first part is the call sequence that aborted the forwarder
+// in a slow guest (uv__finish_close: !(handle->flags & UV_HANDLE_CLOSED)):
+// the directory is missing at start, and the poll timer's re-arm ran in the
+// same loop turn as the failed first arm, re-initialising a handle whose
+// close was still pending.
+namespace {
+void run_turns(uv_loop_t* loop, int n) {
+  for (int i = 0; i < n; ++i) uv_run(loop, UV_RUN_NOWAIT);
+}
+bool run_until(uv_loop_t* loop, const std::function<bool()>& done) {
+  for (int i = 0; i < 200 && !done(); ++i) {
+    uv_run(loop, UV_RUN_NOWAIT);
+    usleep(5000);
+  }
+  return done();
+}
+}  // namespace
+
+TEST_CASE("the bridge directory watch: missing, created late, removed, re-created, renamed") {
+  char tmpl[] = "/tmp/fyfwdabort-XXXXXX";
+  REQUIRE(mkdtemp(tmpl) != nullptr);
+  const std::string root = tmpl;
+  const std::string dir = root + "/run-user";
+  uv_loop_t loop;
+  REQUIRE(uv_loop_init(&loop) == 0);
+  {
+    int events = 0;
+    fy::fwd::DirWatch w(&loop, [&] { ++events; });
+
+    // Missing: arm fails, twice in one turn, and again after a turn.
+    CHECK_FALSE(w.arm(dir));
+    CHECK_FALSE(w.arm(dir));
+    CHECK_FALSE(w.armed());
+    run_turns(&loop, 1);
+    CHECK_FALSE(w.arm(dir));
+
+    // Created late: armed; a file made in it is an event.
+    REQUIRE(mkdir(dir.c_str(), 0755) == 0);
+    REQUIRE(w.arm(dir));
+    std::ofstream(dir + "/ns").put('x');
+    CHECK(run_until(&loop, [&] { return events > 0; }));
+
+    // Removed: the watch drops itself (libuv says UV_RENAME, status 0).
+    REQUIRE(unlink((dir + "/ns").c_str()) == 0);
+    REQUIRE(rmdir(dir.c_str()) == 0);
+    CHECK(run_until(&loop, [&] { return !w.armed(); }));
+    CHECK(w.drops() >= 1);
+
+    // Re-created: re-armed, events flow again.
+    REQUIRE(mkdir(dir.c_str(), 0755) == 0);
+    REQUIRE(w.arm(dir));
+    events = 0;
+    std::ofstream(dir + "/ns2").put('x');
+    CHECK(run_until(&loop, [&] { return events > 0; }));
+
+    // Renamed away (and another directory put at the path): dropped.
+    REQUIRE(rename(dir.c_str(), (root + "/gone").c_str()) == 0);
+    REQUIRE(mkdir(dir.c_str(), 0755) == 0);
+    CHECK(run_until(&loop, [&] { return !w.armed(); }));
+
+    // Re-arm and drop in one turn, repeatedly, then once more armed at the end.
+    for (int i = 0; i < 5; ++i) {
+      CHECK(w.arm(dir));
+      w.drop();
+    }
+    CHECK(w.arm(dir));
+  }  // the destructor drops the last watch
+  run_turns(&loop, 2);
+  CHECK(uv_loop_close(&loop) == 0);
+  std::string cmd = "rm -rf " + root;
+  CHECK(std::system(cmd.c_str()) == 0);
 }
