@@ -224,9 +224,9 @@ class QemuMachine(unittest.TestCase):
         state = self.root("cat /run/fy-wall/state").stdout.strip()
         self.assertEqual(state, "wall on %d-%d, %d-%d" % (self.base, self.base + 89,
                                                           self.base + 100, self.base + 189))
-        act = self.root("systemctl is-active fy-wall.service fy-forwarder-guard.service "
-                        "fy-forwarder.service").stdout.split()
-        self.assertEqual(act, ["active"] * 3)
+        act = self.root("systemctl is-active fy-dnsfwd.service fy-wall.service "
+                        "fy-forwarder-guard.service fy-forwarder.service").stdout.split()
+        self.assertEqual(act, ["active"] * 4)
         self.root("nft list table inet fy_wall >/dev/null && nft list table ip fy_guard >/dev/null")
         self.root("fy-wall status machine --config /etc/fy-wall/fy-wall.toml")
         self.root("fy-wall status guard --config /etc/fy-wall/fy-guard.toml")

@@ -9,7 +9,9 @@ verbs the snippet uses, for the units' kind (Type=oneshot,
 RemainAfterExit=yes): a unit is active or not, and that state outlives one run
 of the snippet, as systemd's does while the guest runs; `start` runs ExecStart
 only when the unit is not active; `stop` runs ExecStop only when it is;
-`restart` is stop then start; `reload` runs ExecReload and refuses an
+`restart` is stop then start. A Type=simple unit (fy-dnsfwd's) is active
+while its ExecStart runs in the background, its pid in $FY_STUB_STATE-pids;
+`stop` ends that pid. `reload` runs ExecReload and refuses an
 inactive unit; `reload-or-restart` reloads an active unit that has
 ExecReload and starts an inactive one. Its `__boot` verb is what systemd does
 at boot: every enabled unit starts, none active before. The unit files
@@ -33,6 +35,8 @@ import fywnet as n
 from test_apply import StormBase
 
 DIST = os.path.join(n.SOURCE, "wall", "dist")
+DNSFWD_UNIT = os.path.join(n.SOURCE, "wall", "dnsfwd", "exe", "fy-dnsfwd.service")
+FY_DNSFWD = os.path.join(n.BUILD, "wall", "dnsfwd", "fy-dnsfwd")
 T = n.GuestTopology
 U = n.WALLED_UID
 
@@ -47,15 +51,21 @@ unit=${2:-}
 file=/etc/systemd/system/$unit
 
 lines() { sed -n "s/^$1=//p" "$file"; }
+pids=$state-pids
+mkdir -p "$pids"
+simple() { [ "$(lines Type)" = simple ]; }
 run() {  # every Exec$1= line in order; a leading '-' ignores its failure
   lines "$1" | while IFS= read -r cmd; do
     ignore=0
     case $cmd in -*) ignore=1; cmd=${cmd#-} ;; esac
     echo "stub: $unit $1: $cmd" >>"$log"
-    sh -c "$cmd" </dev/null || [ $ignore = 1 ] || exit 1
+    MAINPID=$(cat "$pids/$unit" 2>/dev/null || true) sh -c "$cmd" </dev/null || [ $ignore = 1 ] || exit 1
   done
 }
-active() { [ -e "$state/$unit" ]; }
+active() {
+  [ -e "$state/$unit" ] || return 1
+  if simple; then kill -0 "$(cat "$pids/$unit")" 2>/dev/null || { rm -f "$state/$unit"; return 1; }; fi
+}
 start() {
   active && return 0
   cond=$(lines ConditionPathExists)
@@ -63,7 +73,14 @@ start() {
     echo "stub: $unit: ConditionPathExists=$cond failed, not started" >>"$log"
     return 0
   fi
-  if run ExecStartPre && run ExecStart; then
+  if simple; then
+    run ExecStartPre || { echo "Job for $unit failed (ExecStartPre)." >&2; return 1; }
+    cmd=$(lines ExecStart)
+    echo "stub: $unit ExecStart: $cmd" >>"$log"
+    setsid sh -c "exec $cmd" </dev/null >>"$pids/$unit.out" 2>&1 &
+    echo $! >"$pids/$unit"
+    touch "$state/$unit"
+  elif run ExecStartPre && run ExecStart; then
     touch "$state/$unit"
   else
     echo "Job for $unit failed because the control process exited with error code." >&2
@@ -73,6 +90,11 @@ start() {
 stop() {
   active || return 0
   rm -f "$state/$unit"
+  if simple; then
+    pid=$(cat "$pids/$unit"); kill "$pid" 2>/dev/null || true
+    i=0; while kill -0 "$pid" 2>/dev/null && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+    rm -f "$pids/$unit"
+  fi
   run ExecStop || true  # systemd stops the unit whatever ExecStop returns
 }
 reload() {
@@ -120,6 +142,7 @@ class BootRig:
         self.ident = ident
         self.tmp = tempfile.mkdtemp(prefix=f"fyw-{n.PID}-boot-")
         n.on_cleanup(lambda: n.sh("rm", "-rf", self.tmp), "boot dir")
+        n.on_cleanup(self.kill_daemons, "the stub's simple units")
         for d in ("upper", "work", "stub", "out", "units"):
             os.mkdir(os.path.join(self.tmp, d))
         with open(os.path.join(self.tmp, "stub", "systemctl"), "w") as f:
@@ -131,6 +154,18 @@ class BootRig:
         self.restart_snippet = os.path.join(self.tmp, "guest-boot-restart.sh")
         with open(self.restart_snippet, "w") as f:
             f.write(snippet.replace("systemctl reload-or-restart ", "systemctl restart "))
+
+    def kill_daemons(self):
+        d = os.path.join(self.tmp, "units-pids")
+        for u in os.listdir(d) if os.path.isdir(d) else []:
+            if not u.endswith(".out"):
+                with open(os.path.join(d, u)) as f:
+                    pid = f.read().strip()
+                n.sh("kill", pid, check=False)
+
+    def daemon_pid(self, unit):
+        with open(os.path.join(self.tmp, "units-pids", unit)) as f:
+            return int(f.read())
 
     def boot(self, ns, env, then="", reboot=False, snippet=None):
         """Runs the snippet in `ns`; with `reboot`, first what systemd does at
@@ -147,10 +182,14 @@ echo {n.WALLED_NAME}:{n.SUBUID_START}:{n.SUBUID_COUNT} >/etc/subuid
 mount -t tmpfs tmpfs /run
 mount -t tmpfs tmpfs /usr/local/bin
 cp {n.FY_WALL} /usr/local/bin/fy-wall
+mount -t tmpfs tmpfs /usr/libexec
+mkdir -p /usr/libexec/fy
+cp {FY_DNSFWD} /usr/libexec/fy/fy-dnsfwd
+printf 'nameserver 127.0.0.53\nnameserver 192.0.2.53\nnameserver 192.0.2.54\n' >/etc/resolv.conf
 mkdir -p /etc/systemd/system
 rc=0
 {"env " + stub_env + " systemctl __boot || rc=$?" if reboot else ""}
-[ $rc = 0 ] && {{ env {stub_env} {env} FY_WALL_UNITS={DIST} sh {snippet} || rc=$?; }}
+[ $rc = 0 ] && {{ env {stub_env} {env} FY_WALL_UNITS={DIST} FY_DNSFWD_UNIT={DNSFWD_UNIT} sh {snippet} || rc=$?; }}
 rm -rf {t}/out/fy-wall
 cp -r /run/fy-wall {t}/out/ 2>/dev/null || true
 {then}
@@ -171,6 +210,7 @@ exit $rc
 
 
 GUARDED = "FY_WALL_USER=fywalice FY_WALL_GUARD=1"
+DNSFWD = GUARDED + " FY_WALL_DNSFWD=1"
 
 
 class Boot(unittest.TestCase):
@@ -266,6 +306,60 @@ class Boot(unittest.TestCase):
         self.assertIsNone(self.rig.out("state"))
         self.assertNotIn("ExecStop", self.calls)
         self.assertEqual(n.in_ns(ns, "nft", "-s", "list", "ruleset").stdout, before)
+
+    def test_the_dns_forwarder_is_provisioned_before_the_wall_and_fails_closed(self):
+        """FY_WALL_DNSFWD=1: fy-dnsfwd's config (upstream: resolv.conf's first
+        nameserver off loopback), an empty allow file, its unit, started before
+        the wall applies its dns_forwarder redirect. A walled uid asking any
+        :53 (here 127.0.0.1, where nothing listens) meets fy-dnsfwd, which
+        refuses every name: the allow list is empty until the host writes it.
+        A bad allow file fails the boot before anything is replaced."""
+        import dnsnet as d
+        ns = n.netns("boot")
+        # A route to the resolv.conf's resolver (fy-dnsfwd connects its upstream at start).
+        n.veth(ns, ["192.0.2.1/24"], n.netns("bootdns"), ["192.0.2.53/24"])
+        r = self.boot(ns, DNSFWD)
+        self.assertEqual(r.returncode, 0, r.stderr + self.log)
+        self.assertEqual(self.rig.out("state"), "wall on 41000-41089,41100-41189 dnsfwd guard\n")
+        self.assertEqual(self.rig.active_units(),
+                         ["fy-dnsfwd.service", "fy-forwarder-guard.service", "fy-wall.service"])
+        self.assertLess(self.calls.index("systemctl restart fy-dnsfwd.service"),
+                        self.calls.index("systemctl reload-or-restart fy-wall.service"))
+        self.assertIn("stub: fy-dnsfwd.service ExecStartPre: /usr/libexec/fy/fy-dnsfwd --check", self.calls)
+        up = os.path.join(self.rig.tmp, "upper")
+        with open(os.path.join(up, "fy", "dnsfwd.toml")) as f:
+            conf = f.read()
+        self.assertIn('upstream = ["192.0.2.53"]\n', conf)
+        self.assertIn('allow_file = "/etc/fy/dnsfwd-allow.txt"\n', conf)
+        self.assertEqual(os.path.getsize(os.path.join(up, "fy", "dnsfwd-allow.txt")), 0)
+        with open(os.path.join(up, "fy-wall", "fy-wall.toml")) as f:
+            self.assertIn('dns_forwarder = "127.42.0.53"\n', f.read())
+        self.assertIn("dnat ip to 127.42.0.53:53",
+                      n.in_ns(ns, "nft", "list", "table", "inet", "fy_wall").stdout)
+        deadline = time.monotonic() + 10
+        while True:
+            q = d.dnsprobe(ns, U, "query", "127.0.0.1", "github.com", "--timeout", "2")
+            if q.get("rcodes") or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        with open(os.path.join(self.rig.tmp, "units-pids", "fy-dnsfwd.service.out")) as f:
+            out = f.read()
+        # REFUSED by fy-dnsfwd: the empty allow list
+        self.assertEqual(q["rcodes"], {"5": 1}, f"{q}\n{out}\n{self.calls}")
+        # Run again (a restart, a new daemon), then a bad allow file: refused, the old kept.
+        first = self.rig.daemon_pid("fy-dnsfwd.service")
+        r = self.boot(ns, DNSFWD)
+        self.assertEqual(r.returncode, 0, r.stderr + self.log)
+        self.assertNotEqual(self.rig.daemon_pid("fy-dnsfwd.service"), first)
+        with open(os.path.join(up, "fy", "dnsfwd-allow.txt"), "w") as f:
+            f.write("not a name!\n")
+        r = self.boot(ns, DNSFWD)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIsNone(self.rig.out("state"))
+        self.assertIn("the DNS forwarder's config (upstream 192.0.2.53) is refused", self.log)
+        self.assertIn("dnsfwd-allow.txt:1", self.log)
+        with open(os.path.join(up, "fy", "dnsfwd.toml")) as f:
+            self.assertEqual(f.read(), conf)
 
     def test_unit_files_verify(self):
         script = f"""

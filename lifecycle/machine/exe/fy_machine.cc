@@ -201,10 +201,12 @@ int main(int argc, char** argv) {
     auto wu = read_asset(assets, "wall/dist/fy-wall.service");
     auto gu = read_asset(assets, "wall/dist/fy-forwarder-guard.service");
     auto fu = read_asset(assets, "forwarder/exe/fy-forwarder.service");
-    if (!wu || !gu || !fu) return 2;
+    auto du = read_asset(assets, "wall/dnsfwd/exe/fy-dnsfwd.service");
+    if (!wu || !gu || !fu || !du) return 2;
     s.boot.wall_unit = *wu;
     s.boot.guard_unit = *gu;
     s.boot.forwarder_unit = *fu;
+    s.boot.dnsfwd_unit = *du;
     // The stamp key: made once per VM, kept beside its pin (the host proxy reads it).
     std::string key_path = s.state_dir + "/forwarder.key";
     auto key = read_file(key_path);

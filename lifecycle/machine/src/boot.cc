@@ -19,7 +19,8 @@ constexpr std::string_view kTemplate = R"__(#!/bin/bash
 @@ID@@
 # foldyard's guest boot provisioning, written by fy-machine (run as root by
 # lima at every boot). It narrows sudo, installs the wall through fy-wall,
-# installs the forwarder's unit and key@@GVISOR_NOTE@@, and writes
+# installs the forwarder's unit and key, the DNS forwarder's unit and config
+# (fy-dnsfwd)@@GVISOR_NOTE@@, and writes
 # /run/fy-wall/state LAST: no state file means this boot did not apply it.
 install -d -m0755 /run/fy-wall
 exec >>/run/fy-wall/boot.log 2>&1
@@ -64,6 +65,8 @@ cat >/etc/fy-wall/fy-wall.toml.tmp <<__FY_WALL_TOML__
 user = "$user"
 gateway = @@GATEWAY@@
 ports = @@PORTS_TOML@@
+# The walled principals' port 53 goes to fy-dnsfwd (4c below), nowhere else.
+dns_forwarder = "127.42.0.53"
 
 [guard]
 listener = "127.42.0.1"
@@ -122,11 +125,63 @@ mv /etc/fy/forwarder.toml.tmp /etc/fy/forwarder.toml
 cat >/etc/systemd/system/fy-forwarder.service.tmp <<'__FY_FWD_UNIT__'
 @@FORWARDER_UNIT@@__FY_FWD_UNIT__
 mv /etc/systemd/system/fy-forwarder.service.tmp /etc/systemd/system/fy-forwarder.service
+
+# 4c. The DNS forwarder (fy-dnsfwd, docs/fy-dnsfwd.md): the wall's
+# dns_forwarder above. Its upstream is the first nameserver of resolv.conf
+# that is an IPv4 address off loopback (a local stub such as resolved's
+# 127.0.0.53 is skipped: fy-dnsfwd's queries would loop back to it), else
+# lima's 192.168.5.3. Computed here, in the guest: the rendered script (and
+# so the provision id) does not depend on it.
+dnsfwd=@@DNSFWD_BIN@@
+if [ ! -x "$dnsfwd" ]; then
+  echo "✗ $dnsfwd is missing in the guest: install fy-dnsfwd there before booting" >&2
+  exit 1
+fi
+dns_upstream=$(awk '$1 == "nameserver" && $2 ~ /^[0-9]+[.][0-9]+[.][0-9]+[.][0-9]+$/ && $2 !~ /^127[.]/ { print $2; exit }' /etc/resolv.conf 2>/dev/null || true)
+dns_upstream=${dns_upstream:-192.168.5.3}
+# The allow list: the host writes it (fy-dnsfwd-allow POLICY, from fy-proxy's
+# policy) and copies it in. Until it does, an empty file: an empty list
+# resolves nothing (every name is REFUSED), so DNS fails closed.
+if [ ! -e /etc/fy/dnsfwd-allow.txt ]; then
+  install -m0644 /dev/null /etc/fy/dnsfwd-allow.txt
+fi
+cat >/etc/fy/dnsfwd.toml.tmp <<__FY_DNSFWD_TOML__
+# written by fy-machine's boot provisioning
+upstream = ["$dns_upstream"]
+# Written by the host (fy-dnsfwd-allow POLICY); empty = nothing resolves.
+allow_file = "/etc/fy/dnsfwd-allow.txt"
+# The query log to stdout: the journal, under the cap of step 2.
+log = "-"
+
+[[listen]]
+# The VM's own namespace: where the machine wall's redirect sends :53.
+address = "127.42.0.53"
+name = "vm"
+# No [[listen]] in the rootless bridge namespace: it exists only once the VM
+# user's first container runs, and fy-dnsfwd opens its namespaces at start
+# and does not follow them (a missing one is exit 4: no DNS at all). A
+# rootless container's DNS leaves through slirp/pasta as the VM user's
+# socket, so the redirect above judges it (logged with the VM's address).
+__FY_DNSFWD_TOML__
+if ! "$dnsfwd" --check --config /etc/fy/dnsfwd.toml.tmp; then
+  echo "✗ the DNS forwarder's config (/etc/fy/dnsfwd.toml.tmp, upstream $dns_upstream) is refused: see fy-dnsfwd's message above" >&2
+  exit 1
+fi
+mv /etc/fy/dnsfwd.toml.tmp /etc/fy/dnsfwd.toml
+cat >/etc/systemd/system/fy-dnsfwd.service.tmp <<'__FY_DNSFWD_UNIT__'
+@@DNSFWD_UNIT@@__FY_DNSFWD_UNIT__
+mv /etc/systemd/system/fy-dnsfwd.service.tmp /etc/systemd/system/fy-dnsfwd.service
 @@GVISOR@@
 # 5. Apply without ever taking a wall down: reload-or-restart runs the unit's
 # ExecReload (one atomic apply) when it is active, a start when it is not.
 systemctl daemon-reload
-systemctl enable fy-wall.service fy-forwarder-guard.service fy-forwarder.service
+systemctl enable fy-dnsfwd.service fy-wall.service fy-forwarder-guard.service fy-forwarder.service
+# fy-dnsfwd first (its unit is Before=fy-wall.service too): on the first boot
+# the redirect then never points at a closed port. It needs nothing of the
+# wall (it runs as root, which the wall does not redirect). Restarted, not
+# reloaded: a new upstream needs a restart; the moment it is down the
+# redirected DNS meets a closed port and fails, closed.
+systemctl restart fy-dnsfwd.service
 systemctl reload-or-restart fy-wall.service
 systemctl reload-or-restart fy-forwarder-guard.service
 systemctl reload-or-restart fy-forwarder.service
@@ -253,7 +308,8 @@ std::string boot_want(const BootSpec& s) {
 }
 
 std::vector<std::string> boot_system_units(const BootSpec&) {
-  return {"fy-wall.service", "fy-forwarder-guard.service", "fy-forwarder.service"};
+  return {"fy-dnsfwd.service", "fy-wall.service", "fy-forwarder-guard.service",
+          "fy-forwarder.service"};
 }
 
 std::vector<std::string> boot_user_units(const BootSpec& s) {
@@ -272,6 +328,7 @@ Rendered render_boot(const BootSpec& s) {
   replace_all(t, "@@JOURNAL_MIB@@", std::to_string(s.journal_max_mib));
   replace_all(t, "@@WALL_BIN@@", shell_quote(s.wall_bin));
   replace_all(t, "@@FORWARDER_BIN@@", shell_quote(s.forwarder_bin));
+  replace_all(t, "@@DNSFWD_BIN@@", shell_quote(s.dnsfwd_bin));
   replace_all(t, "@@GATEWAY@@", json_quote(s.gateway));
   replace_all(t, "@@PORTS_TOML@@", ports_toml(s.port_base));
   replace_all(t, "@@PROXY_PORT@@", std::to_string(s.port_base));
@@ -284,6 +341,7 @@ Rendered render_boot(const BootSpec& s) {
   replace_all(t, "@@WALL_UNIT@@", unit_body(s.wall_unit));
   replace_all(t, "@@GUARD_UNIT@@", unit_body(s.guard_unit));
   replace_all(t, "@@FORWARDER_UNIT@@", unit_body(s.forwarder_unit));
+  replace_all(t, "@@DNSFWD_UNIT@@", unit_body(s.dnsfwd_unit));
   Rendered r;
   r.id = hex(sha256(t)).substr(0, 16);
   r.script = t;

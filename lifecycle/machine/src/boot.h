@@ -17,9 +17,11 @@ struct BootSpec {
   std::string wall_bin = "/usr/local/bin/fy-wall";
   std::string novsock_bin = "/usr/local/bin/fy-novsock";  // wall/novsock
   std::string forwarder_bin = "/usr/libexec/fy/fy-forwarder";
+  std::string dnsfwd_bin = "/usr/libexec/fy/fy-dnsfwd";  // wall/dnsfwd
   std::string wall_unit;       // wall/dist/fy-wall.service
   std::string guard_unit;      // wall/dist/fy-forwarder-guard.service
   std::string forwarder_unit;  // forwarder/exe/fy-forwarder.service
+  std::string dnsfwd_unit;     // wall/dnsfwd/exe/fy-dnsfwd.service
   std::string forwarder_key;   // 64 hex: the stamp key shared with the host proxy
   bool gvisor = false;         // ADR-0025's posture: the socket filter's user units too
   std::string sockfilter_bin = "/usr/local/bin/fy-sockfilter";

@@ -100,6 +100,9 @@ if [ -x /fy/wall/fy-wall ]; then ln -sf /fy/wall/fy-wall /usr/local/bin/fy-wall;
 if [ -x /fy/forwarder/fy-forwarder ]; then
   mkdir -p /usr/libexec/fy && ln -sf /fy/forwarder/fy-forwarder /usr/libexec/fy/fy-forwarder
 fi
+if [ -x /fy/wall/dnsfwd/fy-dnsfwd ]; then
+  mkdir -p /usr/libexec/fy && ln -sf /fy/wall/dnsfwd/fy-dnsfwd /usr/libexec/fy/fy-dnsfwd
+fi
 # The VM user's runtime dir (no logind here).
 install -d -m 0700 -o {uid} -g {uid} /run/user/{uid}
 # The boot provisioning, as lima runs it: root, bash, at every boot.

@@ -21,13 +21,15 @@ int main(int argc, char** argv) {
   auto w = fy::machine::read_file(dir + "/wall/dist/fy-wall.service");
   auto g = fy::machine::read_file(dir + "/wall/dist/fy-forwarder-guard.service");
   auto f = fy::machine::read_file(dir + "/forwarder/exe/fy-forwarder.service");
-  if (!w || !g || !f) {
+  auto d = fy::machine::read_file(dir + "/wall/dnsfwd/exe/fy-dnsfwd.service");
+  if (!w || !g || !f || !d) {
     std::fprintf(stderr, "missing unit files under %s\n", dir.c_str());
     return 1;
   }
   s.wall_unit = *w;
   s.guard_unit = *g;
   s.forwarder_unit = *f;
+  s.dnsfwd_unit = *d;
   s.forwarder_key = std::string(64, 'a');
   if (argc > 3 && std::string(argv[3]) == "kernel-closures") {
     std::fputs(fy::machine::render_kernel_closures(s).c_str(), stdout);

@@ -180,7 +180,8 @@ class Lifecycle(unittest.TestCase):
                       r.stderr)
         # The guest was checked: state file, each unit, the masked rootful socket.
         shell = [" ".join(c[c.index("--") + 1:]) for c in self.calls() if c[1] == "shell"]
-        self.assertEqual(shell, ["cat /run/fy-wall/state", "systemctl is-active fy-wall.service",
+        self.assertEqual(shell, ["cat /run/fy-wall/state", "systemctl is-active fy-dnsfwd.service",
+                                 "systemctl is-active fy-wall.service",
                                  "systemctl is-active fy-forwarder-guard.service",
                                  "systemctl is-active fy-forwarder.service",
                                  "systemctl is-enabled podman.socket"])

@@ -156,6 +156,7 @@ BootSpec spec(int64_t base) {
   s.wall_unit = "[Unit]\nDescription=wall\n";
   s.guard_unit = "[Unit]\nDescription=guard\n";
   s.forwarder_unit = "[Unit]\nDescription=fwd\n";
+  s.dnsfwd_unit = "[Unit]\nDescription=dnsfwd\n";
   s.forwarder_key = std::string(64, 'a');
   return s;
 }
@@ -197,6 +198,36 @@ TEST_CASE("the boot script: marker on line 2, id = sha256 prefix, changes with t
   // The state file is the last thing written.
   CHECK(a.script.rfind("mv /run/fy-wall/state.tmp /run/fy-wall/state") >
         a.script.rfind("systemctl reload-or-restart"));
+}
+
+TEST_CASE("the boot script: fy-dnsfwd's config checked before it is moved in, started before the wall") {
+  auto s = spec(41000);
+  s.dnsfwd_bin = "/opt/dns fwd";
+  std::string t = render_boot(s).script;
+  auto at = [&](std::string_view x) {
+    size_t p = t.find(x);
+    INFO(x);
+    REQUIRE(p != std::string::npos);
+    return p;
+  };
+  // The wall's redirect names the listener fy-dnsfwd's config opens.
+  size_t wall_key = at("dns_forwarder = \"127.42.0.53\"\n");
+  CHECK(wall_key < at("\"$wall\" apply machine --check --config /etc/fy-wall/fy-wall.toml.tmp"));
+  CHECK(at("[[listen]]\n# The VM's own namespace: where the machine wall's redirect sends :53.\n"
+           "address = \"127.42.0.53\"\n") > wall_key);
+  CHECK(at("upstream = [\"$dns_upstream\"]\n") < at("__FY_DNSFWD_TOML__\nif ! \"$dnsfwd\" --check"));
+  CHECK(at("dns_upstream=${dns_upstream:-192.168.5.3}\n") < at("upstream = [\"$dns_upstream\"]"));
+  CHECK(at("allow_file = \"/etc/fy/dnsfwd-allow.txt\"\n") > at("install -m0644 /dev/null /etc/fy/dnsfwd-allow.txt"));
+  CHECK(at("dnsfwd='/opt/dns fwd'\n") < at("if ! \"$dnsfwd\" --check --config /etc/fy/dnsfwd.toml.tmp; then"));
+  CHECK(at("if ! \"$dnsfwd\" --check --config /etc/fy/dnsfwd.toml.tmp; then") <
+        at("mv /etc/fy/dnsfwd.toml.tmp /etc/fy/dnsfwd.toml\n"));
+  // The unit's text arrives byte for byte; it is enabled and started before the wall applies.
+  CHECK(at("<<'__FY_DNSFWD_UNIT__'\n[Unit]\nDescription=dnsfwd\n__FY_DNSFWD_UNIT__\n") > 0);
+  CHECK(at("systemctl enable fy-dnsfwd.service fy-wall.service") < at("systemctl restart fy-dnsfwd.service\n"));
+  CHECK(at("systemctl restart fy-dnsfwd.service\n") < at("systemctl reload-or-restart fy-wall.service\n"));
+  CHECK(t.find("@@") == std::string::npos);
+  auto units = boot_system_units(s);
+  CHECK(std::find(units.begin(), units.end(), "fy-dnsfwd.service") != units.end());
 }
 
 TEST_CASE("host processes: the machine's name as a whole word of an argument, never inside one") {
