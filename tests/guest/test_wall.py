@@ -39,7 +39,8 @@ BUILD = os.environ.get("FY_BUILD_DIR") or os.path.join(ROOT, "build")
 RENDER_BOOT = os.path.join(BUILD, "subprojects", "fy-machine", "tests", "fy-machine-render-boot")
 SHIP = [("tests/wall", f) for f in ("fywnet.py", "exotic.py", "probe.py", "serve.py",
                                     "resolv.conf")] + \
-       [("tests/guest", f) for f in ("guest_rows.py", "kfam.py")]
+       [("tests/guest", f) for f in ("guest_rows.py", "kfam.py")] + \
+       [("tests/lib", "fyproc.py")]  # fywnet's sh/alive/cgroup helpers
 R = {}
 
 
