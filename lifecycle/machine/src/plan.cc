@@ -308,8 +308,9 @@ std::vector<PodmanListed> parse_podman_list(std::string_view text) {
     size_t bar = l.rfind('|');
     if (l.empty() || bar == std::string_view::npos) continue;
     std::string_view n = trim(l.substr(0, bar));
-    if (!n.empty() && n.back() == '*') n.remove_suffix(1);
-    if (n.empty()) continue;
+    if (!n.empty() && n.back() == '*') n.remove_suffix(1);  // podman's default marker, once
+    // Not a name podman accepts ([A-Za-z0-9][A-Za-z0-9._-]*): not a machine line.
+    if (!valid_machine_name(n)) continue;
     out.push_back({std::string(n), iequals(trim(l.substr(bar + 1)), "true")});
   }
   return out;
