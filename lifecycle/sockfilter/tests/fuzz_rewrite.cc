@@ -78,6 +78,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       return true;
     });
+  } catch (const json::out_of_range&) {
+    // A number past a double (9e999999): valid JSON by its grammar, which the
+    // filter keeps byte-exact; nlohmann cannot hold it and podman's decoder
+    // refuses it as out of range, so there is no parity to check.
+    return 0;
   } catch (const json::exception&) {
     in_ok = false;
   }
