@@ -47,6 +47,24 @@ import time
 
 from fyproc import alive as _alive, sh  # noqa: F401  (the tests use fyf_topology.sh)
 
+
+def control_request(sock, command="status", timeout=5.0):
+    """One line to fy-forwarder's control socket `sock`, its one-line answer."""
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(timeout)
+    try:
+        s.connect(sock)
+        s.sendall((command + "\n").encode())
+        data = b""
+        while b"\n" not in data:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        return data.decode().strip()
+    finally:
+        s.close()
+
 GATEWAY = "192.168.5.2"      # the host as the VM sees it (Lima's default)
 VM_ADDR = "192.168.5.15"
 ORIGIN = "198.51.100.80"     # an "internet" host in the host namespace
@@ -425,21 +443,7 @@ class Topology:
         return proc
 
     def control(self, command="status", timeout=5.0):
-        sock = os.path.join(self.path("state"), "control.sock")
-        s = socket.socket(socket.AF_UNIX)
-        s.settimeout(timeout)
-        try:
-            s.connect(sock)
-            s.sendall((command + "\n").encode())
-            data = b""
-            while b"\n" not in data:
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
-            return data.decode().strip()
-        finally:
-            s.close()
+        return control_request(os.path.join(self.path("state"), "control.sock"), command, timeout)
 
     def stats(self):
         return json.loads(self.control("stats"))

@@ -15,7 +15,6 @@ strace the test is skipped (exit 77), never passed.
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,26 +22,13 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fyf_topology import build_dir  # noqa: E402
+from fyf_topology import build_dir, control_request  # noqa: E402
 
 PREFIX = "fyfwa-%d" % os.getpid()
 
 
 def control(sock, cmd="status"):
-    s = socket.socket(socket.AF_UNIX)
-    s.settimeout(1.0)
-    try:
-        s.connect(sock)
-        s.sendall((cmd + "\n").encode())
-        data = b""
-        while b"\n" not in data:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-        return data.decode().strip()
-    finally:
-        s.close()
+    return control_request(sock, cmd, timeout=1.0)
 
 
 class WatchDir(unittest.TestCase):
