@@ -71,6 +71,12 @@ ORIGIN = "198.51.100.80"     # an "internet" host in the host namespace
 PROXY_PORT = 42600
 TOKEN_PORT = 42700           # a token-service port: forwarded, not stamped
 VM_LISTEN = "127.42.0.1"
+# Every fixed port above lives below EPHEMERAL_FROM, and every namespace the
+# topology makes hands out ephemeral ports only from EPHEMERAL_FROM up: a probe
+# or a client in the host namespace (source 192.168.5.2) could otherwise be
+# given 192.168.5.2:42700 before the token service binds it (seen once in CI:
+# "Address already in use" in a namespace made a moment before).
+EPHEMERAL_FROM = 50000
 
 
 def build_dir():
@@ -250,12 +256,18 @@ class Topology:
     def nsexec(self, ns, *cmd, check=True, timeout=30):
         return sh("ip", "netns", "exec", ns, *cmd, check=check, timeout=timeout)
 
+    def _ns_basics(self, ns):
+        """lo up, and ephemeral ports kept above the fixed ones (EPHEMERAL_FROM)."""
+        self.nsexec(ns, "ip", "link", "set", "lo", "up")
+        self.nsexec(ns, "sysctl", "-qw",
+                    "net.ipv4.ip_local_port_range=%d 60999" % EPHEMERAL_FROM)
+
     def _build(self):
         t = self.tag
         sh("ip", "netns", "add", self.host)
         sh("ip", "netns", "add", self.vm)
         for ns in (self.host, self.vm):
-            self.nsexec(ns, "ip", "link", "set", "lo", "up")
+            self._ns_basics(ns)
         # vm <-> host
         sh("ip", "link", "add", "fyf%sv" % t, "netns", self.vm, "type", "veth", "peer", "name",
            "fyf%sh" % t, "netns", self.host)
@@ -275,7 +287,7 @@ class Topology:
         preinstall_redirect, a redirect of its own; the forwarder installs its own)."""
         t = self.tag
         sh("ip", "netns", "add", self.rl)
-        self.nsexec(self.rl, "ip", "link", "set", "lo", "up")
+        self._ns_basics(self.rl)
         for bridge, n in self.nets:
             self.nsexec(self.rl, "ip", "link", "add", bridge, "type", "bridge")
             self.nsexec(self.rl, "ip", "addr", "add", "10.89.%d.1/24" % n, "dev", bridge)
@@ -316,7 +328,7 @@ class Topology:
         for i, (ns, ip, bridge) in enumerate(self.containers):
             sh("ip", "netns", "del", ns, check=False)
             sh("ip", "netns", "add", ns)
-            self.nsexec(ns, "ip", "link", "set", "lo", "up")
+            self._ns_basics(ns)
             sh("ip", "link", "add", "fyf%sc%d" % (t, i), "netns", ns, "type", "veth", "peer",
                "name", "fyf%sb%d" % (t, i), "netns", self.rl)
             self.nsexec(ns, "ip", "link", "set", "fyf%sc%d" % (t, i), "name", "eth0")
