@@ -160,13 +160,19 @@ int main(int argc, char** argv) {
   }
   uint64_t start = fy::mono_ms();
   uint64_t deadline = start + static_cast<uint64_t>(timeout_ms);
+  // What the refusal reports: the last answer the forwarder gave, and whether
+  // it disagreed with what this hook sees. A query that got no answer (the
+  // last one may have had only a millisecond of the budget) does not erase
+  // an answer that explains the refusal; it is reported only when the
+  // forwarder never answered at all.
   std::string last;
-  bool blind = false;  // the last answer disagreed with what this hook sees
+  std::string unanswered;
+  bool blind = false;
   while (true) {
     uint64_t now = fy::mono_ms();
     int left = now < deadline ? static_cast<int>(deadline - now) : 1;
     auto r = fy::fwd::control_query(control, "ready", left < 1000 ? left : 1000);
-    blind = false;
+    if (r) blind = false;
     if (r && (r->rfind("ready", 0) == 0 || r->rfind("absent", 0) == 0)) {
       // Looked at after the answer: a namespace made since is asked about
       // again, one torn down since (seen_here 0) does not hold the start.
@@ -190,7 +196,7 @@ int main(int argc, char** argv) {
     } else if (r) {
       last = *r;
     } else {
-      last = r.error().message;
+      unanswered = r.error().message;
     }
     if (fy::mono_ms() >= deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -199,7 +205,7 @@ int main(int argc, char** argv) {
   snprintf(msg, sizeof msg,
            "fy-forwarder is not listening in the rootless bridge namespace after %d ms (last "
            "answer: %s). %s %s",
-           timeout_ms, last.c_str(),
+           timeout_ms, last.empty() ? unanswered.c_str() : last.c_str(),
            refuse ? "The container is not started, because its egress would fail."
                   : "Starting the container anyway; its first connections may be reset.",
            blind ? "The forwarder cannot see the namespace the container uses: check [bridge] "
