@@ -803,6 +803,7 @@ void Connection::start_decrypt(const std::string& sni) {
   std::string hello;
   hello.swap(hello_);
   // Dial the origin while the client handshakes.
+  eager_dial_ = true;
   dial(connect_dest_, /*tls=*/true);
   if (closing_) return;
   client_.start_tls_server(srv_.server_ctx(), *leaf, srv_.ca().ca_der(), srv_.ca().leaf_key(),
@@ -813,6 +814,7 @@ void Connection::start_decrypt(const std::string& sni) {
 void Connection::forward_request(const HostPort& dest, policy::Kind kind, std::string_view target,
                                  const std::string* token) {
   bool tls = kind == policy::Kind::https;
+  eager_dial_ = false;  // this request takes the eager dial, or dials its own
   if (!early_failure_.empty() && !origin_) {
     std::string reason;
     reason.swap(early_failure_);
@@ -1294,6 +1296,14 @@ void Connection::origin_failed(Errc kind, const std::string& detail) {
                            ? detail
                            : std::string(errc_kind(kind)) + ": " + detail;
   std::string dest = origin_dest_.authority();
+  if (mode_ == Mode::http && !ex_.active && !eager_dial_) {
+    // An idle kept-alive origin went away between requests with a reset
+    // rather than a FIN: no request failed. It is retired; the next request
+    // dials again.
+    log::debug("c{} idle origin {} went away: {}", id_, dest, reason);
+    retire_origin();
+    return;
+  }
   ++srv_.metrics().upstream_errors;
   uint64_t suppressed = 0;
   if (g_upstream_log.allow(mono_ms(), &suppressed)) {
@@ -1308,8 +1318,9 @@ void Connection::origin_failed(Errc kind, const std::string& detail) {
     return;
   }
   if (mode_ == Mode::handshake || (mode_ == Mode::http && !ex_.active)) {
-    // The eager dial of a decrypted tunnel failed before any request: the
-    // first request is answered with this failure; later ones dial again.
+    // The eager dial of a decrypted tunnel failed before any request (an
+    // idle origin is retired above): the first request is answered with this
+    // failure; later ones dial again.
     early_failure_ = reason;
     early_failure_kind_ = kind;
     return;

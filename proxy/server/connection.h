@@ -304,6 +304,12 @@ class Connection final : public StreamHandler {
   size_t next_addr_ = 0;
   uint16_t dial_port_ = 0;
   std::string origin_last_error_;
+  // The eager dial of a decrypted tunnel (started while the client
+  // handshakes) is the origin the first request will use; until that request
+  // is forwarded, the dial's failure is kept for it in early_failure_. An
+  // idle kept-alive origin failing between requests is not: it is retired,
+  // and the next request dials again.
+  bool eager_dial_ = false;
   std::string early_failure_;  // the eager dial of a decrypted tunnel failed
   std::string deferred_failure_;  // a dial that failed at once, reported by the timer
   Errc deferred_failure_kind_ = Errc::connect;

@@ -6,9 +6,11 @@ import resource
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import tempfile
 import textwrap
+import threading
 import time
 import unittest
 
@@ -241,6 +243,75 @@ class BadUpstreams(unittest.TestCase):
         self.assertEqual(self.proxy.metric(forwarded), before_forwarded + 1)
         self.assertEqual(self.proxy.metric(errors), before_errors + 2)
         self.assertIsNone(self.proxy.proc.poll())
+
+
+class ResettingKeptAliveOrigin:
+    """An origin that answers one request per connection with a kept-alive
+    200 (no Connection: close), then resets the connection (SO_LINGER 0):
+    to the proxy, an idle kept-alive origin that went away with a RST, not a
+    FIN. Counts the connections it accepted."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.accepted = 0
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            with c:
+                buf = b""
+                while b"\r\n\r\n" not in buf:
+                    chunk = c.recv(65536)
+                    if not chunk:
+                        break
+                    buf += chunk
+                if not buf:
+                    continue
+                body = b"served %d" % self.accepted
+                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+                time.sleep(0.1)  # the proxy has read the response and holds the origin idle
+                c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+    def close(self):
+        self.sock.close()
+
+
+class KeptAliveOriginReset(unittest.TestCase):
+    def test_a_reset_idle_origin_is_dialled_again_for_the_next_request(self):
+        # An idle kept-alive origin that resets between two requests of one
+        # client connection is retired; the second request dials a new one
+        # and is served. It was once answered with a stale 502 naming no host.
+        origin = ResettingKeptAliveOrigin()
+        self.addCleanup(origin.close)
+        o = origin.port
+        with Proxy(f'mode = "enforce"\nallow = ["origin.test:{o}"]\n',
+                   resolve=[("origin.test", "127.0.0.1")]) as proxy:
+            s = socket.create_connection(("127.0.0.1", proxy.port), timeout=10)
+            with s:
+                req = (f"GET http://origin.test:{o}/first HTTP/1.1\r\n"
+                       f"Host: origin.test:{o}\r\n\r\n").encode()
+                s.sendall(req)
+                self.assertEqual(read_response(s), (200, b"served 1"))
+                # Its debug line (before the fix, the warning that stored the
+                # stale failure).
+                seen = (f"idle origin origin.test:{o} went away", f"upstream origin.test:{o} failed")
+                wait_until(lambda: any(x in proxy.stderr() for x in seen), timeout=5,
+                           what="the proxy to see the origin's reset")
+                s.sendall(req.replace(b"/first", b"/second"))
+                status, body = read_response(s)
+                self.assertEqual((status, body), (200, b"served 2"), proxy.stderr())
+            self.assertEqual(origin.accepted, 2)
+            rows = proxy.wait_rows(lambda r: r["path"] in ("/first", "/second"), n=2)
+            self.assertEqual([r["status"] for r in rows], [200, 200])
 
 
 class ConnectTimeout(unittest.TestCase):
