@@ -249,7 +249,7 @@ bool Stream::pump_tls() {
       long v = tls_server_ ? X509_V_OK : SSL_get_verify_result(ssl_);
       if (v != X509_V_OK) {
         verify_failure_ = TlsVerifyFailure{v, X509_verify_cert_error_string(v)};
-        detail = "verify: " + verify_failure_->reason;
+        detail = "certificate verify failed: " + verify_failure_->reason;
       } else {
         detail = tls::last_error();
       }

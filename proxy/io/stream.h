@@ -53,9 +53,8 @@ class StreamHandler {
   virtual void on_eof(Stream& s) = 0;
   // A connect, read, write or TLS failure. `kind` is Errc::connect, reset,
   // tls, io. A certificate the proxy refused is Errc::tls with
-  // s.verify_failure() set; its detail still reads "verify: <reason>" for the
-  // one caller (connection.cc) that matches that text until it reads the
-  // typed failure, after which the prefix goes.
+  // s.verify_failure() set (read it, never the detail's text, which is
+  // "certificate verify failed: <reason>" for a log line).
   virtual void on_error(Stream& s, Errc kind, const std::string& detail) = 0;
   // Client role: connected (and TLS established when set). Server role: TLS
   // established after start_tls_server().

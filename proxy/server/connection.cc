@@ -13,6 +13,7 @@
 #include "core/json.h"
 #include "proxy/http/answers.h"
 #include "proxy/http/rewrite.h"
+#include "proxy/netlog/error_kind.h"
 #include "proxy/inject/build_tokens.h"
 #include "proxy/inject/redact.h"
 #include "proxy/policy/admission.h"
@@ -34,19 +35,6 @@ struct DnsQuery {
 namespace {
 
 constexpr size_t kMaxStash = 64 * 1024;
-
-const char* errc_kind(Errc e) {
-  switch (e) {
-    case Errc::dns: return "dns";
-    case Errc::connect: return "connect";
-    case Errc::tls: return "tls";
-    case Errc::reset: return "reset";
-    case Errc::timeout: return "timeout";
-    case Errc::closed: return "closed";
-    case Errc::parse: return "protocol";
-    default: return "io";
-  }
-}
 
 bool looks_like_http(std::string_view s) {
   // An upper-case token followed by a space: "GET ", "POST ".
@@ -122,7 +110,7 @@ void Connection::on_read(Stream& s, const ChunkRef& c, const char* p, size_t n) 
 
 void Connection::on_eof(Stream& s) {
   touch();
-  log::debug("c{} eof from {} (mode {})", id_, &s == &client_ ? "client" : "origin", static_cast<int>(mode_));
+  log::debug("{} eof from {} (mode {})", log::ConnId{id_}, &s == &client_ ? "client" : "origin", static_cast<int>(mode_));
   if (&s == &client_) {
     client_eof_ = true;
     switch (mode_) {
@@ -180,10 +168,10 @@ void Connection::on_error(Stream& s, Errc kind, const std::string& detail) {
   if (&s == &client_) {
     if (mode_ == Mode::handshake) {
       ++srv_.metrics().tls_client_handshake_failures;
-      log::debug("c{} TLS handshake with the client failed: {}", id_, detail);
+      log::debug("{} TLS handshake with the client failed: {}", log::ConnId{id_}, detail);
     }
     if (ex_.active && mode_ == Mode::http) {
-      ex_.row.error = std::string("client: ") + errc_kind(kind) + ": " + detail;
+      ex_.row.error = std::string(netlog::kClientPrefix) + netlog::error_text(netlog::error_kind_of(kind), detail);
       write_exchange_row();
     }
     close("client error");
@@ -195,10 +183,12 @@ void Connection::on_error(Stream& s, Errc kind, const std::string& detail) {
     connect_next();
     return;
   }
-  if (kind == Errc::tls && detail.rfind("verify: ", 0) == 0) {
+  if (kind == Errc::tls && s.verify_failure()) {
     ++srv_.metrics().tls_origin_verify_failures;
-    origin_failed(Errc::tls, "tls_verify: " + detail.substr(8) + " (the origin's certificate for " +
-                                 origin_dest_.host + " is not trusted)");
+    origin_failed(Errc::tls, netlog::error_text(netlog::ErrorKind::tls_verify,
+                                                s.verify_failure()->reason +
+                                                    " (the origin's certificate for " +
+                                                    origin_dest_.host + " is not trusted)"));
     return;
   }
   origin_failed(kind, detail);
@@ -240,7 +230,7 @@ void Connection::on_drain(Stream& s) {
 }
 
 void Connection::on_shutdown(Stream& s) {
-  log::debug("c{} shutdown done on {}", id_, &s == &client_ ? "client" : "origin");
+  log::debug("{} shutdown done on {}", log::ConnId{id_}, &s == &client_ ? "client" : "origin");
   if (&s == &client_ && mode_ == Mode::lingering && client_eof_) {
     close("answered");
     return;
@@ -497,7 +487,7 @@ void Connection::apply_request(const admission::Decision& d) {
       // provider would answer a missing credential; nothing goes upstream.
       ++srv_.metrics().scoped_out;
       ex_.row.scoped = d.rule->id;
-      log::info("c{} answered {} {}{} 401: switch '{}' is not for {} ([scope])", id_,
+      log::info("{} answered {} {}{} 401: switch '{}' is not for {} ([scope])", log::ConnId{id_},
                 ex_.row.method, ex_.row.host, ex_.row.path, d.rule->id,
                 policy::asker_text(admission::asker_of(principal(), build_)));
       answer(answers::scoped(d.detail), d.close_after);
@@ -581,8 +571,8 @@ void Connection::on_credential(const inject::MintOutcome& out) {
   // same, or nothing is injected and the request is judged again.
   const inject::Rule* rule = srv_.policy().rules().by_id(ex_.rule_id);
   if (!rule || rule->spec() != ex_.rule_spec) {
-    log::info("c{} switch '{}' changed while its credential was minted: nothing is injected",
-              id_, ex_.rule_id);
+    log::info("{} switch '{}' changed while its credential was minted: nothing is injected",
+              log::ConnId{id_}, ex_.rule_id);
     ex_.rule_id.clear();
     ex_.row.rule.clear();
     admission::Decision d =
@@ -599,8 +589,8 @@ void Connection::on_credential(const inject::MintOutcome& out) {
              d.action != admission::Action::forward) {
     // The scope changed during the mint and the credential is no longer for
     // who asked: answered as step 7 answers it, nothing injected.
-    log::info("c{} switch '{}''s scope changed while its credential was minted: not injected",
-              id_, ex_.rule_id);
+    log::info("{} switch '{}''s scope changed while its credential was minted: not injected",
+              log::ConnId{id_}, ex_.rule_id);
     ex_.rule_id.clear();
     ex_.row.rule.clear();
     ++srv_.metrics().scoped_out;
@@ -734,16 +724,16 @@ void Connection::apply_hello(const admission::Decision& d) {
       if (d.why == admission::Why::malformed_hello) {
         tls_mode_ = "opaque";
         ++srv_.metrics().bad_requests;
-        log::info("c{} CONNECT {}: the client sent a malformed TLS ClientHello; closing", id_,
+        log::info("{} CONNECT {}: the client sent a malformed TLS ClientHello; closing", log::ConnId{id_},
                   connect_dest_.authority());
         begin_row("CONNECT");
         ex_.row.host = connect_dest_.key(443);
         ex_.row.error = "protocol: malformed TLS ClientHello";
         write_exchange_row();
       } else if (d.why == admission::Why::implicit_only_not_tls) {
-        log::info("c{} CONNECT {}: admitted only for HTTPS the proxy decrypts, and this is "
+        log::info("{} CONNECT {}: admitted only for HTTPS the proxy decrypts, and this is "
                   "not TLS; closing",
-                  id_, connect_dest_.authority());
+                  log::ConnId{id_}, connect_dest_.authority());
       }
       close(admission::why_text(d.why));
       return;
@@ -794,7 +784,7 @@ void Connection::start_decrypt(const std::string& sni) {
   const std::string& name = sni.empty() ? connect_dest_.host : sni;
   auto leaf = srv_.ca().leaf_for(name, wall_ms());
   if (!leaf) {
-    log::error("c{} cannot mint a certificate for {}: {}", id_, name, leaf.error().message);
+    log::error("{} cannot mint a certificate for {}: {}", log::ConnId{id_}, name, leaf.error().message);
     close("certificate minting failed");
     return;
   }
@@ -911,7 +901,7 @@ void Connection::on_origin_bytes(const ChunkRef& c, const char* p, size_t n) {
   while (n > 0 && !closing_) {
     if (resp_ == Resp::none) {
       // Bytes nobody asked for: the origin is confused. Drop the connection.
-      log::debug("c{} origin {} sent {} unexpected bytes; dropping it", id_,
+      log::debug("{} origin {} sent {} unexpected bytes; dropping it", log::ConnId{id_},
                  origin_dest_.authority(), n);
       retire_origin();
       return;
@@ -939,7 +929,7 @@ void Connection::on_origin_bytes(const ChunkRef& c, const char* p, size_t n) {
       if (resp_ == Resp::none && n > 0 && origin_ && !closing_) {
         // A response complete at its head, and more bytes behind it that no
         // request asked for: never let them stand for the next answer.
-        log::debug("c{} origin {} sent bytes after its response; dropping it", id_,
+        log::debug("{} origin {} sent bytes after its response; dropping it", log::ConnId{id_},
                    origin_dest_.authority());
         retire_origin();
         return;
@@ -964,7 +954,7 @@ void Connection::on_origin_bytes(const ChunkRef& c, const char* p, size_t n) {
     if (resp_parser_.message_complete()) {
       on_response_complete();
       if (n > 0 && origin_) {
-        log::debug("c{} origin {} sent bytes after its response; dropping it", id_,
+        log::debug("{} origin {} sent bytes after its response; dropping it", log::ConnId{id_},
                    origin_dest_.authority());
         retire_origin();
       }
@@ -1011,9 +1001,9 @@ void Connection::on_response_head(std::string_view head) {
     // cannot be sent again: the client gets the 401 and the token is dropped
     // so the next request has a fresh one.
     if (ex_.replay && !ex_.replayed)
-      log::info("c{} switch '{}': 401 to a request whose body is {}: handed back, the token "
+      log::info("{} switch '{}': 401 to a request whose body is {}: handed back, the token "
                 "is dropped",
-                id_, ex_.rule_id, req_ == Req::done ? "over the 1 MiB replay bound"
+                log::ConnId{id_}, ex_.rule_id, req_ == Req::done ? "over the 1 MiB replay bound"
                                                     : "still arriving");
     if (rule && rule->spec() == ex_.rule_spec) srv_.credentials().invalidate(*rule);
   }
@@ -1292,24 +1282,21 @@ bool Connection::retry_on_fresh_origin() {
 }
 
 void Connection::origin_failed(Errc kind, const std::string& detail) {
-  std::string reason = detail.rfind("tls_verify: ", 0) == 0
+  std::string reason = netlog::parse_error_kind(detail) == netlog::ErrorKind::tls_verify
                            ? detail
-                           : std::string(errc_kind(kind)) + ": " + detail;
+                           : netlog::error_text(netlog::error_kind_of(kind), detail);
   std::string dest = origin_dest_.authority();
   if (mode_ == Mode::http && !ex_.active && !eager_dial_) {
     // An idle kept-alive origin went away between requests with a reset
     // rather than a FIN: no request failed. It is retired; the next request
     // dials again.
-    log::debug("c{} idle origin {} went away: {}", id_, dest, reason);
+    log::debug("{} idle origin {} went away: {}", log::ConnId{id_}, dest, reason);
     retire_origin();
     return;
   }
   ++srv_.metrics().upstream_errors;
-  uint64_t suppressed = 0;
-  if (g_upstream_log.allow(mono_ms(), &suppressed)) {
-    log::warn("c{} upstream {} failed: {}{}", id_, dest, reason,
-              suppressed ? fmt::format(" ({} similar lines suppressed)", suppressed) : "");
-  }
+  log::limited(g_upstream_log, log::Level::warn, "{} upstream {} failed: {}", log::ConnId{id_},
+               dest, reason);
   retire_origin();
   if (mode_ == Mode::tunnel) {
     ex_.row.error = reason;
@@ -1395,7 +1382,7 @@ void Connection::answer_parse_error(const http::ParseError& e) {
 void Connection::refuse(const std::string& key, bool close_after) {
   ++srv_.metrics().refused_allowlist;
   ex_.row.blocked = true;
-  log::info("c{} refused {} {}: not on the allowlist", id_, ex_.row.method, key);
+  log::info("{} refused {} {}: not on the allowlist", log::ConnId{id_}, ex_.row.method, key);
   // Refused at CONNECT time: no dial, no TLS. A plain request with a body
   // left unread closes the connection (admission's close_after says which).
   answer(answers::allowlist(key), close_after);
@@ -1491,12 +1478,12 @@ void Connection::bind_first_head(std::string_view raw, const http::Head* parsed)
     case stamp_binding::Outcome::invalid:
       ++srv_.metrics().stamps_invalid;
       ++srv_.metrics().unattributed;
-      log::info("c{} {} from {}: recorded as unattributed", id_, b.error, peer_);
+      log::info("{} {} from {}: recorded as unattributed", log::ConnId{id_}, b.error, peer_);
       return;
     case stamp_binding::Outcome::replayed:
       ++srv_.metrics().stamps_replayed;
       ++srv_.metrics().unattributed;
-      log::info("c{} stamp seq {} of boot {} was already used: recorded as unattributed", id_,
+      log::info("{} stamp seq {} of boot {} was already used: recorded as unattributed", log::ConnId{id_},
                 b.fields.seq, b.fields.boot);
       return;
     case stamp_binding::Outcome::valid:
@@ -1625,11 +1612,8 @@ void Connection::setup_timed_out(Phase phase) {
       break;
     default: return;
   }
-  uint64_t suppressed = 0;
-  if (g_setup_timeout_log.allow(mono_ms(), &suppressed))
-    log::info("c{} CONNECT {}: timed out ({}): {}; closing{}", id_, connect_dest_.authority(),
-              phase_name(phase), what,
-              suppressed ? fmt::format(" ({} similar lines suppressed)", suppressed) : "");
+  log::limited(g_setup_timeout_log, log::Level::info, "{} CONNECT {}: timed out ({}): {}; closing",
+               log::ConnId{id_}, connect_dest_.authority(), phase_name(phase), what);
   std::string error = "timeout: " + what;
   if (mode_ == Mode::tunnel) {
     origin_last_error_ = error;  // close() writes the tunnel's row with it
@@ -1755,7 +1739,7 @@ void Connection::rejudge(int64_t now_ms) {
   if (d.action != admission::Action::close) return;
   const char* why = admission::why_text(d.why);
   ++srv_.metrics().connections_closed_by_policy;
-  log::info("c{} closed: {} ({})", id_, why,
+  log::info("{} closed: {} ({})", log::ConnId{id_}, why,
             in_connect_ ? connect_dest_.authority() : ex_.dest.authority());
   if (ex_.active && mode_ == Mode::http) {
     ex_.row.error = std::string("closed: ") + why;
@@ -1778,7 +1762,7 @@ void Connection::drain() {
 void Connection::close(std::string_view why) {
   if (closing_) return;
   closing_ = true;
-  log::debug("c{} closing: {}", id_, why);
+  log::debug("{} closing: {}", log::ConnId{id_}, why);
   if (mode_ == Mode::tunnel) write_tunnel_row();
   srv_.unlink(this);
   if (dns_) {
