@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "wall/dnsfwd/config.h"
+#include "wall/dnsfwd/redirect.h"
 #include "wall/dnsfwd/judge.h"
 
 using namespace fy::dnsfwd;
@@ -235,6 +236,38 @@ TEST_CASE("config: a listener's redirect needs a netns and an address off loopba
                         "redirect = false\n",
                         "f.toml");
   CHECK(d);
+}
+
+TEST_CASE("config: follow needs a netns; a wildcard bridge listener is reached by redirect") {
+  const char* up = "upstream = [\"192.168.5.3\"]\n";
+  auto a = parse_config(std::string(up) + "[[listen]]\naddress = \"127.42.0.53\"\n"
+                        "[[listen]]\naddress = \"0.0.0.0:5353\"\n"
+                        "netns = \"/run/user/1000/netns/rootless-netns\"\nfollow = true\n",
+                        "f.toml");
+  REQUIRE(a);
+  CHECK_FALSE(a->listen[0].follow);
+  CHECK(a->listen[1].follow);
+  CHECK(a->listen[1].redirect);
+  std::string rules = bridge_redirect_ruleset(a->listen[1]);
+  CHECK(rules.find("udp dport 53 redirect to :5353") != std::string::npos);
+  CHECK(rules.find("tcp dport 53 redirect to :5353") != std::string::npos);
+  CHECK(rules.find("dnat") == std::string::npos);
+  // a fixed address keeps its dnat
+  auto f = parse_config(std::string(up) + "[[listen]]\naddress = \"10.89.0.1:5353\"\n"
+                        "netns = \"/n\"\n", "f.toml");
+  REQUIRE(f);
+  CHECK(bridge_redirect_ruleset(f->listen[0]).find("udp dport 53 dnat to 10.89.0.1:5353") !=
+        std::string::npos);
+  auto b = parse_config(std::string(up) + "[[listen]]\naddress = \"127.42.0.53\"\nfollow = true\n",
+                        "f.toml");
+  REQUIRE_FALSE(b);
+  CHECK(b.error().message.find("follow") != std::string::npos);
+  CHECK(b.error().message.find("needs netns") != std::string::npos);
+  // follow is part of what a reload cannot change
+  auto c = parse_config(std::string(up) + "[[listen]]\naddress = \"0.0.0.0:5353\"\n"
+                        "netns = \"/run/user/1000/netns/rootless-netns\"\n", "f.toml");
+  REQUIRE(c);
+  CHECK(needs_restart(*a, *c) == "[[listen]]");
 }
 
 #include "wall/config.h"

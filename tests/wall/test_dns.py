@@ -626,6 +626,122 @@ class BridgeRedirect(unittest.TestCase):
         self.assertEqual(rules.count("udp dport 53 dnat"), 1, rules)
 
 
+class BridgeFollow(unittest.TestCase):
+    """A [[listen]] with `follow = true` (rootless podman's bridge namespace:
+    missing until the VM user's first container, torn down and made again
+    after the last): fy-dnsfwd starts without it, opens its listener and
+    redirect in each namespace that appears at the path, and closes them when
+    it goes. Control: the same listener without `follow` refuses to start
+    (exit 4: no DNS at all). The listener is the wildcard 0.0.0.0:5353, which
+    `redirect to :5353` reaches on whatever address the bridge's gateway has."""
+
+    LISTEN = "0.0.0.0:5353"
+
+    @classmethod
+    def setUpClass(cls):
+        cls.mark = len(n._undo)
+        cls.t = d.DnsTopology()
+        cls.path = f"/run/fyw-{n.PID}-rootless-netns"
+        n.on_cleanup(lambda: os.path.exists(cls.path) and os.unlink(cls.path), f"file {cls.path}")
+
+    @classmethod
+    def tearDownClass(cls):
+        n.cleanup(cls.mark)
+
+    def config(self, follow):
+        cfg = self.t.dnsfwd_config(listen=[(d.FWD, "", "vm"), (self.LISTEN, self.path, "bridge")])
+        if follow:
+            with open(cfg, "a") as f:
+                f.write("follow = true\n")
+        return cfg
+
+    def bridge(self):
+        """A bridge namespace with one container behind it, bind-mounted at
+        the followed path (over whatever is mounted there): podman making
+        its rootless namespace. Returns (bridge ns, container ns)."""
+        br, ctr = n.netns("rl"), n.netns("rlctr")
+        n.veth(ctr, [f"{d.CTR}/24"], br, [f"{d.BRIDGE_GW}/24"])
+        n.sh("ip", "-n", ctr, "route", "add", "default", "via", d.BRIDGE_GW)
+        if not os.path.exists(self.path):
+            open(self.path, "w").close()
+        n.sh("mount", "--bind", f"/run/netns/{br}", self.path)
+        n.on_cleanup(lambda: n.sh("umount", self.path, check=False), f"mount {self.path}")
+        return br, ctr
+
+    def wait_err(self, err, text, count=1, timeout=5):
+        deadline = time.monotonic() + timeout
+        while True:
+            with open(err) as f:
+                got = f.read()
+            if got.count(text) >= count:
+                return got
+            if time.monotonic() > deadline:
+                self.fail(f"fy-dnsfwd did not say {text!r} {count}x within {timeout}s:\n{got}")
+            time.sleep(0.02)
+
+    def ask(self, ctr, name):
+        return d.dnsprobe(ctr, 0, "query", d.BRIDGE_GW, name, timeout=20)
+
+    def test_a_missing_namespace_without_follow_fails_the_start(self):
+        if os.path.exists(self.path):
+            self.skipTest("the followed path exists (another test's mount)")
+        fd, err = tempfile.mkstemp(prefix=f"fyw-{n.PID}-dnserr-")
+        os.close(fd)
+        n.on_cleanup(lambda: os.unlink(err), f"log {err}")
+        with open(err, "w") as ef:
+            r = subprocess.run(n.nsexec(self.t.guest, d.FY_DNSFWD, "--config", self.config(False)),
+                               stdout=subprocess.DEVNULL, stderr=ef, timeout=20)
+        with open(err) as f:
+            text = f.read()
+        self.assertEqual(r.returncode, 4, text)
+        self.assertIn("cannot open the namespace " + self.path, text)
+
+    def test_the_listener_follows_the_namespace_through_teardown_and_re_creation(self):
+        p, log, err = self.t.start_dnsfwd(self.config(True))
+        try:
+            self.wait_err(err, f"waiting for the namespace {self.path}")
+            # podman makes the namespace: the listener and redirect follow
+            br1, ctr1 = self.bridge()
+            self.wait_err(err, f"following the namespace {self.path}")
+            rules = n.in_ns(br1, "nft", "list", "table", "ip", "fy_dnsfwd_redirect").stdout
+            self.assertIn("udp dport 53 redirect to :5353", rules)
+            self.assertIn("tcp dport 53 redirect to :5353", rules)
+            r = self.ask(ctr1, "one.github.com")
+            self.assertEqual(r["rcodes"], {"0": 1}, r)
+            self.assertEqual(r["from"], f"{d.BRIDGE_GW}:53", r)  # the gateway answers, as asked
+            r = self.ask(ctr1, "one.t.example")
+            self.assertEqual(r["rcodes"], {"5": 1}, r)  # REFUSED: not a name the policy allows
+            # torn down (the last container went): the listener is closed
+            n.sh("umount", self.path)
+            self.wait_err(err, "went away: listener closed")
+            # made again: followed again, in the new namespace
+            br2, ctr2 = self.bridge()
+            self.wait_err(err, f"following the namespace {self.path}", count=2)
+            r = self.ask(ctr2, "two.github.com")
+            self.assertEqual(r["rcodes"], {"0": 1}, r)
+            # replaced without a gap (another namespace bound over it): moved
+            br3, ctr3 = self.bridge()
+            self.wait_err(err, "was made again: moving to the new one")
+            self.wait_err(err, f"following the namespace {self.path}", count=3)
+            r = self.ask(ctr3, "three.github.com")
+            self.assertEqual(r["rcodes"], {"0": 1}, r)
+            # the namespace it left keeps its redirect, to a closed port:
+            # that bridge's DNS fails closed, it never goes where it asked
+            r = d.dnsprobe(ctr2, 0, "query", d.BRIDGE_GW, "late.github.com", timeout=20)
+            self.assertEqual(r["answered"], 0, r)
+            self.assertEqual(r["closed"] + r["timeouts"], 1, r)
+            lines = d.read_log(log)
+            got = [(l["ns"], l["name"], l["verdict"]) for l in lines if l.get("name")]
+            self.assertEqual(got, [("bridge", "one.github.com", "forwarded"),
+                                   ("bridge", "one.t.example", "refused"),
+                                   ("bridge", "two.github.com", "forwarded"),
+                                   ("bridge", "three.github.com", "forwarded")], lines)
+            for l in lines:
+                self.assertTrue(l["src"].startswith(f"{d.CTR}:"), l)
+        finally:
+            d.stop_dnsfwd(p, err)
+
+
 if __name__ == "__main__":
     n.sweep_stale()
     unittest.main(verbosity=2)

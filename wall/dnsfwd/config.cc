@@ -95,6 +95,13 @@ Result<Config> parse_config(std::string_view text, const std::string& path) {
       }
       out.redirect = *v;
     }
+    if (auto v = l.boolean("follow")) {
+      if (*v && out.netns.empty()) {
+        l.error("follow", "needs netns: the namespace to follow (e.g. "
+                          "\"/run/user/1000/netns/rootless-netns\")");
+      }
+      out.follow = *v;
+    }
     if (out.redirect && (out.address.host.rfind("127.", 0) == 0 || out.address.host == "::1")) {
       l.error("address", fmt::format("{} is a loopback address, which a bridge's redirect "
                                      "cannot send containers to (the kernel drops them as "
@@ -178,8 +185,12 @@ std::string needs_restart(const Config& running, const Config& next) {
     return o;
   };
   std::vector<std::string> a, b;
-  for (const Listen& l : running.listen) a.push_back(l.address.authority() + "|" + l.netns + "|" + l.name);
-  for (const Listen& l : next.listen) b.push_back(l.address.authority() + "|" + l.netns + "|" + l.name);
+  auto key = [](const Listen& l) {
+    return l.address.authority() + "|" + l.netns + "|" + l.name + (l.follow ? "|follow" : "") +
+           (l.redirect ? "|redirect" : "");
+  };
+  for (const Listen& l : running.listen) a.push_back(key(l));
+  for (const Listen& l : next.listen) b.push_back(key(l));
   if (a != b) what.push_back("[[listen]]");
   if (addrs(running.upstream) != addrs(next.upstream)) what.push_back("upstream");
   if (running.log != next.log) what.push_back("log");

@@ -21,6 +21,9 @@
 //   name = "vm"                         # logged as "ns"; default "vm" or the netns path
 //   redirect = true                     # with netns: send that namespace's :53 here
 //                                       # (wall/dnsfwd/redirect.h); default true there
+//   follow = true                       # with netns: it may not exist yet and may be
+//                                       # re-created (podman's rootless namespace):
+//                                       # opened when it appears, moved to each new one
 #pragma once
 
 #include <cstdint>
@@ -42,6 +45,11 @@ struct Listen {
   // there. Default: true when `netns` is set; refused without one (the VM's
   // namespace has the wall's dns_redirect).
   bool redirect = false;
+  // The namespace at `netns` may be missing at start and may be torn down and
+  // made again (rootless podman's, with the VM user's containers): the
+  // listener (and its redirect) is opened in each namespace found there and
+  // closed when it goes, instead of a missing one failing the start.
+  bool follow = false;
 };
 
 struct Config {

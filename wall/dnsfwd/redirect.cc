@@ -5,24 +5,6 @@
 #include <fmt/format.h>
 
 namespace fy::dnsfwd {
-std::string bridge_redirect_ruleset(const Listen& l) {
-  const bool v6 = l.address.is_ipv6();
-  const char* fam = v6 ? "ip6" : "ip";
-  std::string to = v6 ? fmt::format("[{}]:{}", l.address.host, l.address.port)
-                      : fmt::format("{}:{}", l.address.host, l.address.port);
-  return fmt::format(
-      "table {0} {1} {{}}\n"
-      "delete table {0} {1}\n"
-      "table {0} {1} {{\n"
-      "  chain prerouting {{\n"
-      "    type nat hook prerouting priority dstnat; policy accept;\n"
-      "    udp dport 53 dnat to {2}\n"
-      "    tcp dport 53 dnat to {2}\n"
-      "  }}\n"
-      "}}\n",
-      fam, kRedirectTable, to);
-}
-
 Result<void> install_bridge_redirect(const Listen& l) {
   // core's wrapper probes the netlink socket first: libnftables exit()s when
   // it cannot open one.

@@ -3,8 +3,11 @@
 #include <fcntl.h>
 #include <linux/netfilter_ipv4.h>
 #include <netinet/in.h>
+#include <linux/magic.h>
 #include <sched.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <cassert>
@@ -27,8 +30,12 @@ struct Server::Listener {
   std::string where;  // "127.42.0.53:53 (vm)"
   uv_udp_t udp{};
   uv_tcp_t tcp{};
-  bool udp_open = false, tcp_open = false;
+  bool udp_open = false, tcp_open = false;  // opened, until its close callback ran
   SocketOwner owner;  // sock_diag in the listener's namespace
+  // follow: the inode of the namespace it listens in (0: none yet), and when
+  // a namespace it could not open there may be tried again.
+  uint64_t ns_ino = 0;
+  uint64_t failed_ino = 0, retry_ms = 0;
 };
 
 struct Server::Upstream {
@@ -136,10 +143,11 @@ Result<int> bound_socket(const std::string& netns, const HostPort& hp, int type)
 
 // Installs the bridge redirect for `l` inside its namespace, on a
 // short-lived thread, as bound_socket does.
-Result<void> redirect_in(const Listen& l) {
+// `ns_path` names the namespace (l.netns, or /proc/self/fd/N of one held open).
+Result<void> redirect_in(const Listen& l, const std::string& ns_path) {
   Result<void> out;
   std::thread t([&] {
-    int ns = open(l.netns.c_str(), O_RDONLY | O_CLOEXEC);
+    int ns = open(ns_path.c_str(), O_RDONLY | O_CLOEXEC);
     if (ns < 0 || setns(ns, CLONE_NEWNET) != 0) {
       out = make_error(Errc::io, "cannot join the namespace {}: {}", l.netns, strerror(errno));
       if (ns >= 0) ::close(ns);
@@ -238,60 +246,148 @@ Result<void> Server::start() {
     l->where = fmt::format("{} ({})", lc.address.authority(), lc.name);
     Listener* raw = l.get();
     listeners_.push_back(std::move(l));
-    auto ufd = bound_socket(lc.netns, lc.address, SOCK_DGRAM);
-    if (ufd && cfg_.log_uid) {
-      if (auto o = open_owner(lc.netns, raw->owner); !o)
-        log::warn("listen {}: {} — its queries are logged without their uid", raw->where,
-                  o.error().message);
+    if (lc.follow) {
+      follow(raw);
+      if (!raw->ns_ino) {
+        log::info("listen {}: waiting for the namespace {} (it appears with the first "
+                  "container on the rootless bridge); until then that bridge's DNS meets the "
+                  "VM's redirect", raw->where, lc.netns);
+      }
+      continue;
     }
-    if (!ufd) return make_error(ufd.error().code, "listen {}: {}", raw->where, ufd.error().message);
-    uv_udp_init(loop_, &raw->udp);
-    raw->udp.data = raw;
-    raw->udp_open = true;
-    FY_TRY(uv::check(uv_udp_open(&raw->udp, *ufd), "listen udp"));
-    FY_TRY(uv::check(
-        uv_udp_recv_start(
-            &raw->udp,
-            [](uv_handle_t* h, size_t, uv_buf_t* b) {
-              auto* s = static_cast<Listener*>(h->data)->srv;
-              *b = uv_buf_init(reinterpret_cast<char*>(s->rbuf_.data()), s->rbuf_.size());
-            },
-            [](uv_udp_t* h, ssize_t n, const uv_buf_t* b, const sockaddr* from, unsigned fl) {
-              auto* lst = static_cast<Listener*>(h->data);
-              lst->srv->on_udp(lst, n, b, from, fl);
-            }),
-        "listen udp recv"));
-    auto tfd = bound_socket(lc.netns, lc.address, SOCK_STREAM);
-    if (!tfd) return make_error(tfd.error().code, "listen {}: {}", raw->where, tfd.error().message);
-    uv_tcp_init(loop_, &raw->tcp);
-    raw->tcp.data = raw;
-    raw->tcp_open = true;
-    FY_TRY(uv::check(uv_tcp_open(&raw->tcp, *tfd), "listen tcp"));
-    int rc = uv_listen(reinterpret_cast<uv_stream_t*>(&raw->tcp), 128, [](uv_stream_t* s, int st) {
-      auto* lst = static_cast<Listener*>(s->data);
-      if (st == 0) lst->srv->on_accept(lst);
-    });
-    if (rc != 0) {
-      return make_error(Errc::io, "listen {} tcp: {}", raw->where, uv::error_string(rc));
-    }
-    log::info("listening on {} udp+tcp", raw->where);
-    if (lc.redirect) {
-      FY_TRY(redirect_in(lc));
-      log::info("{}: port 53 redirected to {} (table ip {})", lc.netns, lc.address.authority(),
-                kRedirectTable);
-    }
+    FY_TRY(open_listener(raw, lc.netns));
   }
   return ok();
+}
+
+Result<void> Server::open_listener(Listener* raw, const std::string& ns_path) {
+  const Listen& lc = raw->cfg;
+  auto ufd = bound_socket(ns_path, lc.address, SOCK_DGRAM);
+  if (ufd && cfg_.log_uid) {
+    if (auto o = open_owner(ns_path, raw->owner); !o)
+      log::warn("listen {}: {} — its queries are logged without their uid", raw->where,
+                o.error().message);
+  }
+  if (!ufd) return make_error(ufd.error().code, "listen {}: {}", raw->where, ufd.error().message);
+  uv_udp_init(loop_, &raw->udp);
+  raw->udp.data = raw;
+  raw->udp_open = true;
+  FY_TRY(uv::check(uv_udp_open(&raw->udp, *ufd), "listen udp"));
+  FY_TRY(uv::check(
+      uv_udp_recv_start(
+          &raw->udp,
+          [](uv_handle_t* h, size_t, uv_buf_t* b) {
+            auto* s = static_cast<Listener*>(h->data)->srv;
+            *b = uv_buf_init(reinterpret_cast<char*>(s->rbuf_.data()), s->rbuf_.size());
+          },
+          [](uv_udp_t* h, ssize_t n, const uv_buf_t* b, const sockaddr* from, unsigned fl) {
+            auto* lst = static_cast<Listener*>(h->data);
+            lst->srv->on_udp(lst, n, b, from, fl);
+          }),
+      "listen udp recv"));
+  auto tfd = bound_socket(ns_path, lc.address, SOCK_STREAM);
+  if (!tfd) return make_error(tfd.error().code, "listen {}: {}", raw->where, tfd.error().message);
+  uv_tcp_init(loop_, &raw->tcp);
+  raw->tcp.data = raw;
+  raw->tcp_open = true;
+  FY_TRY(uv::check(uv_tcp_open(&raw->tcp, *tfd), "listen tcp"));
+  int rc = uv_listen(reinterpret_cast<uv_stream_t*>(&raw->tcp), 128, [](uv_stream_t* s, int st) {
+    auto* lst = static_cast<Listener*>(s->data);
+    if (st == 0) lst->srv->on_accept(lst);
+  });
+  if (rc != 0) {
+    return make_error(Errc::io, "listen {} tcp: {}", raw->where, uv::error_string(rc));
+  }
+  log::info("listening on {} udp+tcp", raw->where);
+  if (lc.redirect) {
+    FY_TRY(redirect_in(lc, ns_path));
+    log::info("{}: port 53 redirected to {} (table ip {})", lc.netns, lc.address.authority(),
+              kRedirectTable);
+  }
+  return ok();
+}
+
+void Server::close_listener(Listener* l) {
+  // Its clients and the queries it waits on go with it (their sockets are
+  // in the namespace that went); the object stays until sweep() finds
+  // nothing pointing at it.
+  std::vector<TcpClient*> cs;
+  for (auto& [id, c] : clients_)
+    if (c->l == l) cs.push_back(c);
+  for (TcpClient* c : cs) close_client(c);
+  for (auto it = pending_.begin(); it != pending_.end();)
+    it = it->second.l == l ? pending_.erase(it) : std::next(it);
+  auto done_udp = [](uv_handle_t* h) { static_cast<Listener*>(h->data)->udp_open = false; };
+  auto done_tcp = [](uv_handle_t* h) { static_cast<Listener*>(h->data)->tcp_open = false; };
+  if (l->udp_open && !uv_is_closing(reinterpret_cast<uv_handle_t*>(&l->udp)))
+    uv_close(reinterpret_cast<uv_handle_t*>(&l->udp), done_udp);
+  if (l->tcp_open && !uv_is_closing(reinterpret_cast<uv_handle_t*>(&l->tcp)))
+    uv_close(reinterpret_cast<uv_handle_t*>(&l->tcp), done_tcp);
+}
+
+Server::Listener* Server::retire_listener(Listener* l) {
+  close_listener(l);
+  auto fresh = std::make_unique<Listener>();
+  fresh->srv = this;
+  fresh->cfg = l->cfg;
+  fresh->where = l->where;
+  for (auto& slot : listeners_) {
+    if (slot.get() != l) continue;
+    retired_.push_back(std::move(slot));
+    slot = std::move(fresh);
+    return slot.get();
+  }
+  assert(false && "retire_listener: not one of listeners_");
+  return l;
+}
+
+void Server::follow(Listener*& l) {
+  // The namespace now at the path: its inode, or 0 when there is none (a
+  // path podman left behind unmounted is a plain file, not a namespace).
+  uint64_t ino = 0;
+  int nsfd = open(l->cfg.netns.c_str(), O_RDONLY | O_CLOEXEC);
+  struct stat st {};
+  struct statfs sf {};
+  if (nsfd >= 0 && fstat(nsfd, &st) == 0 && fstatfs(nsfd, &sf) == 0 &&
+      sf.f_type == NSFS_MAGIC)
+    ino = static_cast<uint64_t>(st.st_ino);
+  if (ino == l->ns_ino || (ino != 0 && ino == l->failed_ino && mono_ms() < l->retry_ms)) {
+    if (nsfd >= 0) ::close(nsfd);
+    return;
+  }
+  if (l->ns_ino) {
+    // The namespace it listened in went (or another took the path): the
+    // listener is retired, a fresh one takes its place in listeners_.
+    log::info("listen {}: the namespace {} (inode {}) {}", l->where, l->cfg.netns, l->ns_ino,
+              ino ? "was made again: moving to the new one" : "went away: listener closed");
+    l = retire_listener(l);
+  }
+  if (!ino) {
+    if (nsfd >= 0) ::close(nsfd);
+    return;
+  }
+  // The namespace is held open while its sockets and redirect are made, and
+  // named through this descriptor, so every one of them is in the same one
+  // even if the path is re-bound meanwhile.
+  auto opened = open_listener(l, fmt::format("/proc/self/fd/{}", nsfd));
+  ::close(nsfd);
+  if (!opened) {
+    log::error("{} — tried again in 5 s, or when the namespace is made again",
+               opened.error().message);
+    l = retire_listener(l);  // what it opened is closed; the next try starts afresh
+    l->failed_ino = ino;
+    l->retry_ms = mono_ms() + 5000;
+    return;
+  }
+  l->ns_ino = ino;
+  log::info("listen {}: following the namespace {} (inode {})", l->where, l->cfg.netns, ino);
 }
 
 void Server::close() {
   if (closed_) return;
   closed_ = true;
   if (started_) uv::close(&sweep_, nullptr);
-  for (auto& l : listeners_) {
-    if (l->udp_open) uv::close(&l->udp, nullptr);
-    if (l->tcp_open) uv::close(&l->tcp, nullptr);
-  }
+  for (auto& l : listeners_) close_listener(l.get());
   for (auto& u : upstreams_) {
     if (u->open) uv::close(&u->udp, nullptr);
   }
@@ -590,6 +686,19 @@ void Server::close_client(TcpClient* c) {
 
 void Server::sweep() {
   const uint64_t now = mono_ms();
+  for (auto& slot : listeners_) {
+    Listener* l = slot.get();
+    if (l->cfg.follow) follow(l);
+  }
+  // A retired listener is freed once its handles are closed and no query or
+  // client points at it.
+  for (auto it = retired_.begin(); it != retired_.end();) {
+    Listener* l = it->get();
+    bool used = l->udp_open || l->tcp_open;
+    for (auto& [id, p] : pending_) used = used || p.l == l;
+    for (auto& [id, c] : clients_) used = used || c->l == l;
+    it = used ? std::next(it) : retired_.erase(it);
+  }
   for (auto it = pending_.begin(); it != pending_.end();) {
     Pending& p = it->second;
     if (p.deadline_ms > now) {

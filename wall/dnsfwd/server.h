@@ -62,6 +62,17 @@ class Server {
   struct Pending;
   struct Upstream;
 
+  // Opens `l`'s UDP and TCP sockets (and its redirect) in the namespace
+  // `ns_path` names ("" = the daemon's own).
+  Result<void> open_listener(Listener* l, const std::string& ns_path);
+  // Closes `l`'s sockets, its TCP clients and the queries it waits on.
+  void close_listener(Listener* l);
+  // Moves `l` to retired_ (freed by sweep() once nothing points at it) and
+  // returns the fresh, unopened listener of the same config in its place.
+  Listener* retire_listener(Listener* l);
+  // A `follow` listener: checks the namespace at its path and opens, moves
+  // or closes the listener to match; `l` is updated when it is replaced.
+  void follow(Listener*& l);
   void on_udp(Listener* l, ssize_t n, const uv_buf_t* buf, const sockaddr* from, unsigned flags);
   void on_upstream(Upstream* u, ssize_t n, const uv_buf_t* buf, const sockaddr* from);
   void on_accept(Listener* l);
@@ -85,7 +96,8 @@ class Server {
   Config cfg_;
   int log_fd_;
   RateBound rate_;
-  std::vector<std::unique_ptr<Listener>> listeners_;
+  std::vector<std::unique_ptr<Listener>> listeners_;  // one per [[listen]], in order
+  std::vector<std::unique_ptr<Listener>> retired_;    // closed, awaiting sweep()
   std::vector<std::unique_ptr<Upstream>> upstreams_;  // one per configured address
   std::unordered_map<uint16_t, Pending> pending_;     // by the id we sent upstream
   std::unordered_map<uint64_t, TcpClient*> clients_;

@@ -157,11 +157,20 @@ log = "-"
 # The VM's own namespace: where the machine wall's redirect sends :53.
 address = "127.42.0.53"
 name = "vm"
-# No [[listen]] in the rootless bridge namespace: it exists only once the VM
-# user's first container runs, and fy-dnsfwd opens its namespaces at start
-# and does not follow them (a missing one is exit 4: no DNS at all). A
-# rootless container's DNS leaves through slirp/pasta as the VM user's
-# socket, so the redirect above judges it (logged with the VM's address).
+
+[[listen]]
+# The rootless bridge namespace (the forwarder's [bridge] netns), followed:
+# it exists only once the VM user's first container runs and is made again
+# after the last; each one found there gets this listener and its :53
+# redirect (to the gateway's address on 5353, whatever podman numbered it),
+# so the log names the container by its address. Until it is followed, a
+# container's DNS leaves through aardvark and slirp/pasta as the VM user's
+# socket and meets the VM's redirect above (judged, logged with the VM's
+# address): never unjudged.
+address = "0.0.0.0:5353"
+netns = "/run/user/$uid/netns/rootless-netns"
+name = "bridge"
+follow = true
 __FY_DNSFWD_TOML__
 if ! "$dnsfwd" --check --config /etc/fy/dnsfwd.toml.tmp; then
   echo "✗ the DNS forwarder's config (/etc/fy/dnsfwd.toml.tmp, upstream $dns_upstream) is refused: see fy-dnsfwd's message above" >&2

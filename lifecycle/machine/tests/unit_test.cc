@@ -219,6 +219,10 @@ TEST_CASE("the boot script: fy-dnsfwd's config checked before it is moved in, st
   CHECK(at("[[listen]]\n# The VM's own namespace: where the machine wall's redirect sends :53.\n"
            "address = \"127.42.0.53\"\n") > wall_key);
   CHECK(at("upstream = [\"$dns_upstream\"]\n") < at("__FY_DNSFWD_TOML__\nif ! \"$dnsfwd\" --check"));
+  // The bridge listener follows the namespace the forwarder follows.
+  CHECK(at("[bridge]\nnetns = \"/run/user/$uid/netns/rootless-netns\"\n") <
+        at("address = \"0.0.0.0:5353\"\nnetns = \"/run/user/$uid/netns/rootless-netns\"\n"
+           "name = \"bridge\"\nfollow = true\n__FY_DNSFWD_TOML__\n"));
   CHECK(at("dns_upstream=${dns_upstream:-192.168.5.3}\n") < at("upstream = [\"$dns_upstream\"]"));
   CHECK(at("allow_file = \"/etc/fy/dnsfwd-allow.txt\"\n") > at("install -m0644 /dev/null /etc/fy/dnsfwd-allow.txt"));
   CHECK(at("dnsfwd='/opt/dns fwd'\n") < at("if ! \"$dnsfwd\" --check --config /etc/fy/dnsfwd.toml.tmp; then"));
