@@ -126,7 +126,7 @@ def read_lines(path):
 
 class Rotation(unittest.TestCase):
     def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="h17-engine-rot-")
+        self.dir = tempfile.mkdtemp(prefix="fy-engine-rot-")
         self.state = os.path.join(self.dir, "state")
         self.logs = os.path.join(self.state, "logs")
         os.makedirs(self.logs)
