@@ -62,7 +62,9 @@ Options:
       --engine PATH    engine snapshots to name principals with (default:
                        engine.jsonl beside the log; fy-engine-watch writes it)
       --json           machine output: the summary as one JSON document, or
-                       the matching rows as JSON lines (as the log has them)
+                       the matching rows as JSON lines (as the log has them);
+                       refusals add `asked_by` to each and end with one
+                       `{"grants": [...]}` line
       --utc            print times in UTC (default: local time)
       --width N        columns to fit (default: the terminal's, else 80)
   -h, --help           this text
@@ -391,7 +393,9 @@ int run_rows(const Args& a, const ViewOptions& vo, EngineFollower* engine) {
   auto emit = [&](const Row& row, std::string_view line) {
     ++shown;
     if (a.json) {
-      write_out(std::string(line) + "\n");
+      // refusals: the row as the log has it, plus who asked.
+      write_out(a.view == View::refusals ? refusal_json(line, row, vo.resolver->resolve(row))
+                                         : std::string(line) + "\n");
       return;
     }
     write_out(printer.line(row));
@@ -402,11 +406,12 @@ int run_rows(const Args& a, const ViewOptions& vo, EngineFollower* engine) {
             fmt::format("{:9}grant: fy allow add {}{}\n", "", key, row.build ? " --build" : ""));
     }
   };
-  // Following, text: rows waiting for a snapshot that names their principal,
-  // with the monotonic time each arrived.
+  // Following, text or refusals' JSON: rows waiting for a snapshot that names
+  // their principal, with the monotonic time each arrived.
   std::deque<std::tuple<Row, std::string, uint64_t>> waiting;
+  const bool names = !a.json || a.view == View::refusals;
   auto pending = [&](const Row& row) {
-    if (!engine || a.json || row.attribution != Attribution::attributed) return false;
+    if (!engine || !names || row.attribution != Attribution::attributed) return false;
     Principal p = vo.resolver->resolve(row);
     return p.kind == Principal::Kind::unresolved ||
            (p.kind == Principal::Kind::container && p.claims.name.empty());
@@ -422,7 +427,10 @@ int run_rows(const Args& a, const ViewOptions& vo, EngineFollower* engine) {
   };
   auto on_row = [&](const Row& row, std::string_view line) {
     if (!a.filter.matches(row)) return;
-    if (!a.follow) grants.add(row, vo.resolving() ? principal_of(row, vo) : std::string());
+    if (!a.follow && a.view == View::refusals) {
+      Principal p = vo.resolver->resolve(row);
+      grants.add(row, vo.resolving() ? principal_of(row, vo) : std::string(), &p);
+    }
     if (streaming) {
       if (waiting.empty() && !pending(row))
         emit(row, line);
@@ -445,7 +453,9 @@ int run_rows(const Args& a, const ViewOptions& vo, EngineFollower* engine) {
   streaming = true;
 
   if (!a.follow) {
-    if (!a.json && a.view == View::refusals)
+    if (a.json && a.view == View::refusals)
+      write_out(grants.json());  // the last line: the grants, after the rows
+    else if (!a.json && a.view == View::refusals)
       write_out(grants.empty() ? std::string("no refusals\n") : grants.render(vo));
     else if (!a.json && shown == 0)
       write_out("no rows\n");

@@ -499,79 +499,6 @@ std::string RowPrinter::refusal_line(const Row& r) const {
          pad_right(fit_end(req, req_w), req_w) + ' ' + fit_end(principal_of(r, o_), from_w);
 }
 
-// ---- Grants ---------------------------------------------------------------------------
-
-void Grants::add(const Row& r, const std::string& principal) {
-  if (!is_refusal(r)) return;
-  Tally& t = by_key_[to_lower(r.host)];
-  if (!principal.empty()) ++t.asked[principal][r.ua];
-  if (r.blocked)
-    ++t.blocked;
-  else
-    ++t.would_block;
-  t.last_ms = std::max(t.last_ms, r.ts_ms);
-  t.build = t.build || r.build;
-}
-
-std::string Grants::render(const ViewOptions& o) const {
-  const size_t width = static_cast<size_t>(clamp_width(o.width));
-  std::vector<std::pair<std::string, Tally>> keys(by_key_.begin(), by_key_.end());
-  std::stable_sort(keys.begin(), keys.end(), [](const auto& a, const auto& b) {
-    return a.second.last_ms > b.second.last_ms;
-  });
-  std::string out = "\nTo grant, run on this computer (not in the box):\n";
-  size_t cmd_w = 0;
-  std::vector<std::string> cmds;
-  for (const auto& [key, t] : keys) {
-    std::string cmd;
-    if (is_grantable_key(key)) cmd = "fy allow add " + key + (t.build ? " --build" : "");
-    cmds.push_back(cmd);
-    // Long commands do not widen the column for the others.
-    if (display_width(cmd) <= width * 5 / 8) cmd_w = std::max(cmd_w, display_width(cmd));
-  }
-  for (size_t i = 0; i < keys.size(); ++i) {
-    const auto& [key, t] = keys[i];
-    std::string what;
-    if (t.blocked) what = fmt::format("{} blocked", t.blocked);
-    if (t.would_block)
-      what += fmt::format("{}{} would-block", what.empty() ? "" : ", ", t.would_block);
-    what += ", last " + format_stamp(t.last_ms, o);
-    if (cmds[i].empty()) {
-      out += fit_end("  (not a host `fy allow` accepts: " + sanitize(key) + ")  " + what, width);
-    } else {
-      // A command is never cut: it is what the operator copies. The comment
-      // after it is cut, or left out when the command alone fills the line.
-      std::string cmd = "  " + cmds[i];
-      std::string l = "  " + pad_right(cmds[i], cmd_w) + "  # " + what;
-      if (display_width(l) <= width)
-        out += l;
-      else if (display_width(cmd) + 8 <= width)
-        out += fit_end(l, width);
-      else
-        out += cmd;
-    }
-    out += '\n';
-    if (!t.asked.empty()) {
-      // Who asked, and with which tools (User-Agent; "no User-Agent" when none was sent).
-      std::string l = "      asked by ";
-      bool first = true;
-      for (const auto& [who, uas] : t.asked) {
-        uint64_t n = 0;
-        std::string tools;
-        for (const auto& [ua, k] : uas) {
-          n += k;
-          if (!tools.empty()) tools += ", ";
-          tools += ua.empty() ? "no User-Agent" : sanitize(ua);
-        }
-        l += (first ? "" : "; ") + sanitize(who) + " " + std::to_string(n) + "x (" + tools + ")";
-        first = false;
-      }
-      out += fit_end(l, width) + '\n';
-    }
-  }
-  return out;
-}
-
 // ---- Principals ------------------------------------------------------------------------
 
 namespace {
@@ -613,9 +540,147 @@ std::string top_hosts(const std::map<std::string, uint64_t>& hosts) {
 }
 }  // namespace
 
+// ---- Grants ---------------------------------------------------------------------------
+
+std::string json_label(const Row& r, const Principal& p) {
+  if (p.kind == Principal::Kind::unresolved) return "unresolved " + r.src + "@" + r.net;
+  return p.label();
+}
+
+std::string refusal_json(std::string_view line, const Row& r, const Principal& p) {
+  auto j = nlohmann::ordered_json::parse(line, nullptr, /*allow_exceptions=*/false);
+  // The reader took it for a row, so it is an object; anything else is left as it is.
+  if (!j.is_object()) return std::string(line) + "\n";
+  auto who = principal_json(p);
+  who["principal"] = json_label(r, p);
+  j["asked_by"] = std::move(who);
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
+}
+
+void Grants::add(const Row& r, const std::string& principal, const Principal* p) {
+  if (!is_refusal(r)) return;
+  Tally& t = by_key_[to_lower(r.host)];
+  if (!principal.empty()) ++t.asked[principal][r.ua];
+  if (p) {
+    auto& [who, uas] = t.asked_json[json_label(r, *p)];
+    if (uas.empty()) who = *p;
+    ++uas[r.ua];
+  }
+  if (r.blocked)
+    ++t.blocked;
+  else
+    ++t.would_block;
+  t.last_ms = std::max(t.last_ms, r.ts_ms);
+  t.build = t.build || r.build;
+}
+
+std::vector<std::pair<const std::string*, const Grants::Tally*>> Grants::ordered() const {
+  std::vector<std::pair<const std::string*, const Tally*>> keys;
+  for (const auto& [key, t] : by_key_) keys.emplace_back(&key, &t);
+  std::stable_sort(keys.begin(), keys.end(), [](const auto& a, const auto& b) {
+    return a.second->last_ms > b.second->last_ms;
+  });
+  return keys;
+}
+
+std::string Grants::command(const std::string& key, const Tally& t) {
+  if (!is_grantable_key(key)) return {};
+  return "fy allow add " + key + (t.build ? " --build" : "");
+}
+
+std::string Grants::render(const ViewOptions& o) const {
+  const size_t width = static_cast<size_t>(clamp_width(o.width));
+  auto keys = ordered();
+  std::string out = "\nTo grant, run on this computer (not in the box):\n";
+  size_t cmd_w = 0;
+  std::vector<std::string> cmds;
+  for (const auto& [key, t] : keys) {
+    std::string cmd = command(*key, *t);
+    cmds.push_back(cmd);
+    // Long commands do not widen the column for the others.
+    if (display_width(cmd) <= width * 5 / 8) cmd_w = std::max(cmd_w, display_width(cmd));
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const std::string& key = *keys[i].first;
+    const Tally& t = *keys[i].second;
+    std::string what;
+    if (t.blocked) what = fmt::format("{} blocked", t.blocked);
+    if (t.would_block)
+      what += fmt::format("{}{} would-block", what.empty() ? "" : ", ", t.would_block);
+    what += ", last " + format_stamp(t.last_ms, o);
+    if (cmds[i].empty()) {
+      out += fit_end("  (not a host `fy allow` accepts: " + sanitize(key) + ")  " + what, width);
+    } else {
+      // A command is never cut: it is what the operator copies. The comment
+      // after it is cut, or left out when the command alone fills the line.
+      std::string cmd = "  " + cmds[i];
+      std::string l = "  " + pad_right(cmds[i], cmd_w) + "  # " + what;
+      if (display_width(l) <= width)
+        out += l;
+      else if (display_width(cmd) + 8 <= width)
+        out += fit_end(l, width);
+      else
+        out += cmd;
+    }
+    out += '\n';
+    if (!t.asked.empty()) {
+      // Who asked, and with which tools (User-Agent; "no User-Agent" when none was sent).
+      std::string l = "      asked by ";
+      bool first = true;
+      for (const auto& [who, uas] : t.asked) {
+        uint64_t n = 0;
+        std::string tools;
+        for (const auto& [ua, k] : uas) {
+          n += k;
+          if (!tools.empty()) tools += ", ";
+          tools += ua.empty() ? "no User-Agent" : sanitize(ua);
+        }
+        l += (first ? "" : "; ") + sanitize(who) + " " + std::to_string(n) + "x (" + tools + ")";
+        first = false;
+      }
+      out += fit_end(l, width) + '\n';
+    }
+  }
+  return out;
+}
+
+std::string Grants::json() const {
+  using Json = nlohmann::ordered_json;
+  Json arr = Json::array();
+  for (const auto& [key, t] : ordered()) {
+    Json g;
+    g["host"] = *key;
+    std::string cmd = command(*key, *t);
+    g["command"] = cmd.empty() ? Json(nullptr) : Json(cmd);
+    g["blocked"] = t->blocked;
+    g["would_block"] = t->would_block;
+    g["build"] = t->build;
+    g["last_seen"] = iso_or_null(t->last_ms);
+    Json asked = Json::array();
+    for (const auto& [label, e] : t->asked_json) {
+      const auto& [p, uas] = e;
+      Json who = principal_json(p);
+      who["principal"] = label;
+      uint64_t n = 0;
+      Json tools = Json::array();
+      for (const auto& [ua, k] : uas) {
+        n += k;
+        tools.push_back({{"user_agent", ua.empty() ? Json(nullptr) : Json(ua)}, {"requests", k}});
+      }
+      who["requests"] = n;
+      who["user_agents"] = std::move(tools);
+      asked.push_back(std::move(who));
+    }
+    g["asked_by"] = std::move(asked);
+    arr.push_back(std::move(g));
+  }
+  Json doc;
+  doc["grants"] = std::move(arr);
+  return doc.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
+}
+
 void PrincipalView::add(const Row& r, const Principal& p) {
-  std::string label = p.label();
-  if (p.kind == Principal::Kind::unresolved) label = "unresolved " + r.src + "@" + r.net;
+  std::string label = json_label(r, p);
   Tally& t = by_label_[label];
   if (t.requests + t.would_block == 0) t.p = p;
   if (r.would_block && !r.blocked)
@@ -669,8 +734,7 @@ std::string PrincipalView::json() const {
 
 void CredentialsView::add(const Row& r, const Principal& p) {
   if (!r.injected) return;
-  std::string label = p.label();
-  if (p.kind == Principal::Kind::unresolved) label = "unresolved " + r.src + "@" + r.net;
+  std::string label = json_label(r, p);
   Use& u = by_rule_[r.rule.empty() ? std::string("(no rule id)") : r.rule][label];
   if (u.n++ == 0) u.first_ms = r.ts_ms;
   u.first_ms = std::min(u.first_ms, r.ts_ms);

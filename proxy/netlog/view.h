@@ -83,13 +83,28 @@ class RowPrinter {
   std::string day_;
 };
 
+// The label a JSON view names a principal by: its label(), except that an
+// unresolved stamp is told apart by its address ("unresolved 10.89.0.3@podman1").
+std::string json_label(const Row& r, const Principal& p);
+
+// A `refusals --json` line: the row's line as the log has it (every field
+// kept as it is) with `asked_by` added, the principal as `--by principal
+// --json` writes one. One line, with '\n'.
+std::string refusal_json(std::string_view line, const Row& r, const Principal& p);
+
 // Collects refusals by key and prints how to grant them; when resolving,
 // each grant says which principals asked and with which User-Agents.
 class Grants {
  public:
-  void add(const Row& r, const std::string& principal = {});
+  // `principal`: who asked as the text shows it ("" when not resolving);
+  // `p`: the resolved principal, for json() (null: json() lists nobody).
+  void add(const Row& r, const std::string& principal = {}, const Principal* p = nullptr);
   bool empty() const { return by_key_.empty(); }
   std::string render(const ViewOptions& o) const;
+  // The same list as one JSON line, `{"grants": [...]}`, most recent first:
+  // per key its host, the command (null when no safe command exists), the
+  // counts, the last time, and who asked with counts and User-Agents.
+  std::string json() const;
 
  private:
   struct Tally {
@@ -98,7 +113,12 @@ class Grants {
     int64_t last_ms = 0;
     bool build = false;
     std::map<std::string, std::map<std::string, uint64_t>> asked;  // principal -> ua -> n
+    // json(): by json_label, the principal and its ua -> n.
+    std::map<std::string, std::pair<Principal, std::map<std::string, uint64_t>>> asked_json;
   };
+  // The keys, the most recent first, each with its command ("" when none is safe).
+  std::vector<std::pair<const std::string*, const Tally*>> ordered() const;
+  static std::string command(const std::string& key, const Tally& t);
   std::map<std::string, Tally> by_key_;
 };
 

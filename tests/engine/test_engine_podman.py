@@ -19,7 +19,12 @@ It proves:
     gone within milliseconds is named: once while the watcher is frozen
     (SIGSTOP), so no list can have seen it running, and twice as it comes;
     and a later container on the same address that the hook did not record is
-    stamped by address only (the forwarder's record died with the first).
+    stamped by address only (the forwarder's record died with the first);
+  - the engine restarted under the watcher (the API service stopped by its pid
+    and started again): the probe says the engine is unreachable meanwhile,
+    the watcher records a re-sync that bounds the gap (gaps=1, no restart of
+    its own, nothing before it lost), and a container started after the
+    restart is named.
 
 Up to the hook part, the API service runs no hook (its wrapper does nothing
 until a marker file exists), so those rows are stamped by address alone and
@@ -196,13 +201,23 @@ class EnginePodman(unittest.TestCase):
                        capture_output=True, timeout=120)
         subprocess.run(["podman"] + store.split() + ["load", "-i", exported], check=True,
                        capture_output=True, timeout=120)
-        t.start(t.vm, ["unshare", "-m", "--propagation", "private", "sh", "-c",
-                       "umount -l /sys/fs/cgroup; mount -t cgroup2 none /sys/fs/cgroup && exec "
-                       "podman %s --cgroup-manager=cgroupfs --hooks-dir %s system service "
-                       "--time=0 unix://%s" % (store, hooks, self.sock)], name="podman-service")
-        deadline = time.monotonic() + 30
-        while not os.path.exists(self.sock) and time.monotonic() < deadline:
-            time.sleep(0.1)
+
+        def start_service(name):
+            # unshare and sh exec: the process started is podman's own (its pid is the service's).
+            svc = t.start(t.vm, ["unshare", "-m", "--propagation", "private", "sh", "-c",
+                                 "umount -l /sys/fs/cgroup; mount -t cgroup2 none /sys/fs/cgroup "
+                                 "&& exec podman %s --cgroup-manager=cgroupfs --hooks-dir %s "
+                                 "system service --time=0 unix://%s" % (store, hooks, self.sock)],
+                          name=name)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                if self.podman("version", timeout=30, check=False).returncode == 0:
+                    return svc
+                self.assertTrue(svc.alive(), svc.log())
+                time.sleep(0.2)
+            raise AssertionError("the podman API service did not answer: " + svc.log())
+
+        service = start_service("podman-service")
         cfg = t.forwarder_config(key_file).replace(
             'netns = "/run/netns/%s"' % t.rl, 'netns = "/run/netns/%s"' % t.vm).replace(
             'listen = "0.0.0.0"', 'listen = "%s"' % self.bridge_ip)
@@ -357,7 +372,57 @@ class EnginePodman(unittest.TestCase):
         line = [l for l in r.stdout.splitlines() if "refused.example" in l and "block" in l][0]
         self.assertTrue(line.endswith("ctr:" + c1), line)
         self.assertIn("asked by ctr:%s 1x (Wget)" % c1, r.stdout)
+
+        # The engine restarted under the watcher: the API service stopped (by
+        # its pid) and started again. c5, the one container still up, goes
+        # first: its network namespace lives in the stopped service's private
+        # mount namespace, which the new service cannot see (its lists would fail).
+        self.podman("rm", "-f", "-t", "0", c5, timeout=60)
+        self.wait_snapshot(c5, lambda s: s["state"] == "removed")
+        before = read_text(self.engine_log)
+        service.stop(timeout=20)  # SIGTERM to its pid (SIGKILL if it does not go)
+        self.assertFalse(service.alive())
+        deadline = time.monotonic() + 15
+        while True:  # the watcher saw the stream end and says the engine is gone
+            p = self.probe()
+            if p.stdout.startswith("fail engine unreachable") or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+        self.assertTrue(p.stdout.startswith("fail engine unreachable"), p.stdout)
+        self.assertIn(" gaps=0 ", p.stdout)
+        service = start_service("podman-service2")
+        deadline = time.monotonic() + 20
+        while True:  # back: a re-sync, from a full list, bounds the gap
+            new = [json.loads(l) for l in read_text(self.engine_log)[len(before):].splitlines()
+                   if l.strip()]
+            if any(s.get("kind") == "watch" and s.get("event") == "resync" for s in new):
+                break
+            self.assertLess(time.monotonic(), deadline, watch.log())
+            time.sleep(0.1)
+        self.assertTrue(read_text(self.engine_log).startswith(before))
+        self.assertFalse(any(s.get("kind") == "watch" and s.get("event") == "start" for s in new),
+                         new)  # the watcher itself did not restart
+        p = self.probe()
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn(" gaps=1 ", p.stdout)
+        self.assertIn(" connects=2 ", p.stdout)
+        # A container started after the restart is named.
+        c10 = "%s-ten" % tag
+        r = self.run_ctr(c10, self.ip[2], "wget -q -O - http://%s/eng-c10" % ORIGIN)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.wait_row("/eng-c10")
+        self.wait_snapshot(c10, lambda s: s["state"] == "removed")
+        doc = self.netlog_json("--by", "principal")
+        by = {p["principal"]: p for p in doc["principals"]}
+        self.assertEqual(by.get("ctr:" + c10, {}).get("hosts"), {ORIGIN: 1}, sorted(by))
+        self.assertEqual(by["ctr:" + c5]["hosts"], {ORIGIN: 1})  # not c10's (same address)
         watch.stop()
+
+    def probe(self):
+        return subprocess.run([os.path.join(build_dir(), "proxy", "engine", "fy-engine-watch"),
+                               "--probe", "--state-dir", self.state],
+                              capture_output=True, text=True, timeout=30)
 
 
 if __name__ == "__main__":

@@ -120,6 +120,59 @@ class Principals(unittest.TestCase):
         self.assertIn("asked by ctr:sandbox-1 1x (curl/8.5.0); ctr:sandbox-2 1x (no User-Agent)",
                       out)
 
+    def test_refusals_json_names_who_asked_and_the_grants(self):
+        # A would-block on a key no `fy allow` accepts, from no stamp: no command is offered.
+        with open(self.log, "a") as f:
+            f.write(json.dumps(row(T0 + 220, "bad;host.example", status=0, would_block=True,
+                                   unattributed=True, ua="x/1")) + "\n")
+        lines = [json.loads(l) for l in self.run_netlog("refusals", "--json").splitlines()]
+        rows, last = lines[:-1], lines[-1]
+        # Each refusal row as the log has it, plus who asked (as `--by principal --json`
+        # writes a principal).
+        self.assertEqual([r["ts"] for r in rows], [iso(T0 + 13), iso(T0 + 210), iso(T0 + 220)])
+        self.assertEqual((rows[0]["src"], rows[0]["net"], rows[0]["ua"]),
+                         ("10.89.0.3", "podman1", "curl/8.5.0"))
+        self.assertEqual(rows[0]["asked_by"], {
+            "principal": "ctr:sandbox-1", "kind": "container", "id": B,
+            "claims": {"name": "sandbox-1", "project": "", "service": ""},
+            "basis": "engine_claim"})
+        self.assertEqual(rows[1]["asked_by"]["principal"], "ctr:sandbox-2")  # the new holder
+        self.assertEqual(rows[1]["asked_by"]["id"], C)
+        self.assertEqual(rows[2]["asked_by"], {"principal": "unattributed",
+                                                "kind": "unattributed"})
+        # Then one document: the grants, as the text's "To grant, run" list, most recent first.
+        self.assertEqual(list(last), ["grants"])
+        bad, evil = last["grants"]
+        self.assertEqual(bad["host"], "bad;host.example")
+        self.assertIsNone(bad["command"])
+        self.assertEqual((bad["blocked"], bad["would_block"]), (0, 1))
+        self.assertEqual(bad["asked_by"], [{"principal": "unattributed", "kind": "unattributed",
+                                            "requests": 1,
+                                            "user_agents": [{"user_agent": "x/1",
+                                                             "requests": 1}]}])
+        self.assertEqual(evil["host"], "evil.example")
+        self.assertEqual(evil["command"], "fy allow add evil.example")
+        self.assertEqual((evil["blocked"], evil["would_block"]), (2, 0))
+        self.assertEqual(evil["last_seen"], iso(T0 + 210))
+        asked = {a["principal"]: a for a in evil["asked_by"]}
+        self.assertEqual(sorted(asked), ["ctr:sandbox-1", "ctr:sandbox-2"])
+        self.assertEqual(asked["ctr:sandbox-1"]["id"], B)
+        self.assertEqual(asked["ctr:sandbox-1"]["requests"], 1)
+        self.assertEqual(asked["ctr:sandbox-1"]["user_agents"],
+                         [{"user_agent": "curl/8.5.0", "requests": 1}])
+        self.assertEqual(asked["ctr:sandbox-2"]["user_agents"],
+                         [{"user_agent": None, "requests": 1}])
+        # An address no snapshot named: the principal says why, as --by principal does.
+        with open(self.log, "a") as f:
+            f.write(json.dumps(row(T0 + 230, "evil.example", "10.89.0.99", status=403,
+                                   blocked=True)) + "\n")
+        lines = [json.loads(l) for l in self.run_netlog("refusals", "--json").splitlines()]
+        self.assertEqual(lines[-2]["asked_by"]["principal"], "unresolved 10.89.0.99@podman1")
+        self.assertEqual(lines[-2]["asked_by"]["kind"], "unresolved")
+        self.assertIn("no snapshot ever showed 10.89.0.99", lines[-2]["asked_by"]["reason"])
+        evil = [g for g in lines[-1]["grants"] if g["host"] == "evil.example"][0]
+        self.assertIn("unresolved 10.89.0.99@podman1", [a["principal"] for a in evil["asked_by"]])
+
     def test_by_principal(self):
         out = self.run_netlog("--by", "principal")
         self.assert_fits(out)

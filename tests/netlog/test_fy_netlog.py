@@ -392,9 +392,14 @@ class NetlogTest(unittest.TestCase):
                                     or comment.startswith(counts), l)
                 else:
                     self.assertTrue(comment.startswith(counts), l)
-        # JSON: exactly the refusal rows.
+        # JSON: exactly the refusal rows, each with who asked added, then the grants.
         _, out, _ = self.run_netlog("refusals", "--json", self.dir)
-        self.assertEqual([json.loads(l) for l in out.splitlines()], refusals)
+        lines = [json.loads(l) for l in out.splitlines()]
+        for r in lines[:-1]:
+            self.assertIn("asked_by", r)
+        self.assertEqual([{k: v for k, v in r.items() if k != "asked_by"} for r in lines[:-1]],
+                         refusals)
+        self.assertEqual(sorted(g["host"] for g in lines[-1]["grants"]), sorted(keys))
 
     def test_refusals_never_offer_a_command_for_a_key_that_is_not_a_host(self):
         rows = [{"ts": iso(NOW_MS - 1000), "method": "CONNECT", "host": "x;rm -rf ~:443",
@@ -409,6 +414,10 @@ class NetlogTest(unittest.TestCase):
         self.assertNotIn("fy allow add x;", out)
         self.assertIn("not a host `fy allow` accepts: x;rm -rf ~:443", out)
         self.assertIn("fy allow add github.com:22 --build", out)
+        _, out, _ = self.run_netlog("refusals", "--json", self.dir)
+        grants = {g["host"]: g for g in json.loads(out.splitlines()[-1])["grants"]}
+        self.assertIsNone(grants["x;rm -rf ~:443"]["command"])
+        self.assertEqual(grants["github.com:22"]["command"], "fy allow add github.com:22 --build")
         _, out, _ = self.run_netlog("refusals", "--status", "200", self.dir)
         self.assertIn("no refusals", out)
 
