@@ -102,11 +102,11 @@ void WriteQueue::push_copy(const char* p, size_t n) {
   }
 }
 
-size_t WriteQueue::peek(uv_buf_t* bufs, size_t max) const {
+size_t WriteQueue::peek(iovec* bufs, size_t max) const {
   size_t i = 0;
   for (const Slice& s : slices_) {
     if (i == max) break;
-    bufs[i] = uv_buf_init(const_cast<char*>(s.data()), s.len);
+    bufs[i] = iovec{const_cast<char*>(s.data()), s.len};
     ++i;
   }
   return i;

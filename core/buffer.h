@@ -9,7 +9,7 @@
 // loop has its own pool). Never hand a ChunkRef to another thread.
 #pragma once
 
-#include <uv.h>
+#include <sys/uio.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -79,8 +79,9 @@ struct Slice {
 };
 
 // Bytes waiting to be written to one stream. At most one write is in flight;
-// the owner calls next_write() to get iovecs for uv_write / SSL and done(n)
-// when n bytes have left.
+// the owner peeks iovecs for its writer (writev, uv_write, SSL) and
+// consume(n)s what left. Pure: no libuv (the Stream turns the iovecs into
+// uv_buf_t).
 class WriteQueue {
  public:
   static constexpr size_t kMaxIov = 32;
@@ -94,7 +95,7 @@ class WriteQueue {
   size_t bytes() const { return bytes_; }
   bool empty() const { return bytes_ == 0; }
   // Fills up to `max` buffers from the front; returns how many.
-  size_t peek(uv_buf_t* bufs, size_t max) const;
+  size_t peek(iovec* bufs, size_t max) const;
   // Drops the first n bytes.
   void consume(size_t n);
   void clear();

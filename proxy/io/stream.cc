@@ -15,6 +15,15 @@
 namespace fy::proxy {
 namespace {
 
+// The write queue's front as libuv buffers (the queue itself is pure).
+size_t peek_bufs(const WriteQueue& q, uv_buf_t* bufs) {
+  iovec v[WriteQueue::kMaxIov];
+  size_t n = q.peek(v, WriteQueue::kMaxIov);
+  for (size_t i = 0; i < n; ++i)
+    bufs[i] = uv_buf_init(static_cast<char*>(v[i].iov_base), v[i].iov_len);
+  return n;
+}
+
 Errc classify(int uv_err) {
   switch (uv_err) {
     case UV_ECONNRESET:
@@ -360,7 +369,7 @@ void Stream::flush() {
     return;
   }
   uv_buf_t bufs[WriteQueue::kMaxIov];
-  size_t n = out_.peek(bufs, WriteQueue::kMaxIov);
+  size_t n = peek_bufs(out_, bufs);
   auto* st = reinterpret_cast<uv_stream_t*>(&tcp_);
   int w = uv_try_write(st, bufs, static_cast<unsigned>(n));
   if (w > 0) {
@@ -370,7 +379,7 @@ void Stream::flush() {
     return;
   }
   if (!out_.empty()) {
-    n = out_.peek(bufs, WriteQueue::kMaxIov);
+    n = peek_bufs(out_, bufs);
     in_flight_ = 0;
     for (size_t i = 0; i < n; ++i) in_flight_ += bufs[i].len;
     writing_ = true;
