@@ -138,6 +138,39 @@ TEST_CASE("TcpFramer: split and joined messages; a zero or oversized length refu
   CHECK_FALSE(z.feed(zero));
 }
 
+TEST_CASE("a TCP upstream's large answer: framed in pieces, relayed whole at the TCP limit") {
+  auto sent = query("large.github.com", 16, 0xBEEF);
+  auto q = fy::wall::dns::parse_query(sent);
+  REQUIRE(q);
+  std::vector<uint8_t> resp = sent;
+  resp[2] |= 0x80;
+  resp[7] = 1;
+  const size_t rdlen = 8 * 201;  // eight 200-byte strings
+  resp.insert(resp.end(), {0xc0, 0x0c, 0, 16, 0, 1, 0, 0, 0, 0,
+                           static_cast<uint8_t>(rdlen >> 8), static_cast<uint8_t>(rdlen)});
+  for (int i = 0; i < 8; ++i) {
+    resp.push_back(200);
+    resp.insert(resp.end(), 200, static_cast<uint8_t>('a' + i));
+  }
+  std::vector<uint8_t> wire = {static_cast<uint8_t>(resp.size() >> 8),
+                               static_cast<uint8_t>(resp.size())};
+  wire.insert(wire.end(), resp.begin(), resp.end());
+  TcpFramer f(kTcpAnswerMax);
+  REQUIRE(f.feed({wire.data(), 700}));
+  CHECK(f.next().empty());  // more to come
+  REQUIRE(f.feed({wire.data() + 700, wire.size() - 700}));
+  auto m = f.next();
+  REQUIRE(m.size() == resp.size());
+  auto whole = check_response(m, sent, *q, 0x1234, kTcpAnswerMax);
+  REQUIRE(whole);
+  CHECK(whole->size() == resp.size());
+  CHECK(((*whole)[2] & 0x02) == 0);
+  auto cut = check_response(m, sent, *q, 0x1234, 512);  // a UDP client's limit: TC
+  REQUIRE(cut);
+  CHECK(cut->size() == q->question_end);
+  CHECK(((*cut)[2] & 0x02) != 0);
+}
+
 TEST_CASE("udp_answer_limit: 512 without EDNS, the advertised size clamped") {
   auto q = query("github.com");
   auto pq = fy::wall::dns::parse_query(q);

@@ -5,7 +5,8 @@ Prints one JSON line.
   dnsprobe.py query SERVER NAME [--qtype T] [--tcp] [--count N] [--timeout S]
                     [--pad N] [--port P]
       N queries one after another: {"answered", "rcodes", "timeouts", "closed",
-      "from", "lat_us"}; --pad adds an EDNS OPT record with N bytes of padding
+      "from", "lat_us", "tc" (answers with TC set), "lens" (answers' bytes),
+      "ancounts"}; --pad adds an EDNS OPT record with N bytes of padding
   dnsprobe.py raw SERVER TEXT [--tcp] [--port P] [--timeout S]
       non-DNS bytes: {"outcome": reply|closed|timeout|refused|eperm, "reply"}
   dnsprobe.py channel SERVER ZONE SECONDS [--port P]
@@ -69,7 +70,8 @@ def connect(server, port, tcp, timeout):
 
 
 def query(a):
-    out = {"answered": 0, "rcodes": {}, "timeouts": 0, "closed": 0, "from": None, "lat_us": []}
+    out = {"answered": 0, "rcodes": {}, "timeouts": 0, "closed": 0, "from": None, "lat_us": [],
+           "tc": 0, "lens": [], "ancounts": []}
     s = connect(a.server, a.port, a.tcp, a.timeout)
     out["from"] = "%s:%d" % s.getpeername()
     for i in range(a.count):
@@ -88,9 +90,14 @@ def query(a):
         out["lat_us"].append((time.perf_counter_ns() - t0) / 1000)
         out["answered"] += 1
         rc = str(r[3] & 0xF)
+        out["tc"] += 1 if r[2] & 0x02 else 0
+        out["lens"].append(len(r))
+        out["ancounts"].append(struct.unpack("!H", r[6:8])[0] if len(r) >= 8 else -1)
         out["rcodes"][rc] = out["rcodes"].get(rc, 0) + 1
     if not a.keep_lat:
         out["lat_us"] = out["lat_us"][:3]
+        out["lens"] = out["lens"][:3]
+        out["ancounts"] = out["ancounts"][:3]
     return out
 
 

@@ -4,13 +4,27 @@ few bytes they need are built here).
 
   dnsserve.py auth ADDR            an authoritative server for every name: TXT
                                    "ok" and A 203.0.113.10; prints one JSON line
-                                   per query ({"name", "qtype", "from"}), the
-                                   iodine-style channel's receiving end
+                                   per query ({"name", "qtype", "from", "tcp"}),
+                                   the iodine-style channel's receiving end. A
+                                   name whose first label is "large" has a TXT
+                                   answer of BIG_TXT bytes (over 512): over UDP
+                                   only its question with TC set (past 512, or
+                                   past the query's EDNS size), whole over TCP
   dnsserve.py recursor ADDR UP     a recursing resolver (Lima's hostagent, a home
                                    router): relays every UDP datagram and TCP
                                    message to UP:53 over UDP and the answer back;
+                                   a TCP message whose UDP answer has TC set is
+                                   asked again over TCP (as a resolver does);
                                    prints {"dgram"|"conn"|"tcpmsg", "from", "len"}
                                    for everything it receives, DNS or not
+  dnsserve.py tcpbad ADDR PORT     a broken upstream on TCP ADDR:PORT only: each
+                                   connection's first message is answered as its
+                                   name's first label says: "reset" (RST, no
+                                   answer), "close" (FIN, no answer), "zero" (a
+                                   zero length prefix), "garbage" (64 bytes, not
+                                   the query's id), "otherq" (a response to
+                                   another question), "hang" (nothing, held open);
+                                   prints {"name", "from"} for each
 
   dnsserve.py slow ADDR PORT SECS  the authoritative answers, on UDP ADDR:PORT only,
                                    each SECS late (a thread a query)
@@ -48,13 +62,32 @@ def qname(msg):
         return None, None, None
 
 
-def auth_answer(msg):
+# The large TXT answer's strings: 8 of 200 bytes, 1600 bytes of TXT data.
+BIG_STRINGS = [bytes([0x61 + i]) * 200 for i in range(8)]
+
+
+def udp_limit(msg, end):
+    """512, or the EDNS size a query's OPT record (right after the question) says."""
+    if struct.unpack("!H", msg[10:12])[0] and len(msg) >= end + 5 and msg[end] == 0 \
+            and struct.unpack("!H", msg[end + 1:end + 3])[0] == 41:
+        return max(512, struct.unpack("!H", msg[end + 3:end + 5])[0])
+    return 512
+
+
+def auth_answer(msg, tcp=True):
     name, qtype, end = qname(msg)
     if name is None or len(msg) < 12:
         return None, name, qtype
-    head = msg[:2] + struct.pack("!HHHHH", 0x8400 | (struct.unpack("!H", msg[2:4])[0] & 0x0100),
-                                 1, 1, 0, 0)
+    flags = 0x8400 | (struct.unpack("!H", msg[2:4])[0] & 0x0100)
     q = msg[12:end]
+    if qtype == 16 and name.split(".")[0] == "large":
+        rdata = b"".join(bytes([len(s)]) + s for s in BIG_STRINGS)
+        rr = b"\xc0\x0c" + struct.pack("!HHIH", 16, 1, 0, len(rdata)) + rdata
+        a = msg[:2] + struct.pack("!HHHHH", flags, 1, 1, 0, 0) + q + rr
+        if not tcp and len(a) > udp_limit(msg, end):
+            return msg[:2] + struct.pack("!HHHHH", flags | 0x0200, 1, 0, 0, 0) + q, name, qtype
+        return a, name, qtype
+    head = msg[:2] + struct.pack("!HHHHH", flags, 1, 1, 0, 0)
     if qtype == 16:
         rdata = b"\x02ok"
         rr = b"\xc0\x0c" + struct.pack("!HHIH", 16, 1, 0, len(rdata)) + rdata
@@ -63,10 +96,10 @@ def auth_answer(msg):
     return head + q + rr, name, qtype
 
 
-def serve_tcp(addr, on_msg, note_conn):
+def serve_tcp(addr, on_msg, note_conn, port=53):
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind((addr, 53))
+    s.bind((addr, port))
     s.listen(64)
 
     def conn(c, peer):
@@ -115,15 +148,65 @@ def serve_slow(addr, port, delay):
         threading.Thread(target=answer, args=(m, peer), daemon=True).start()
 
 
+def serve_tcpbad(addr, port):
+    """A TCP-only upstream that breaks each connection as its first query's
+    first label says (the docstring's list)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((addr, port))
+    s.listen(64)
+    print("READY", flush=True)
+    held = []
+
+    def conn(c, peer):
+        try:
+            c.settimeout(10)
+            buf = b""
+            while len(buf) < 2 or len(buf) < 2 + struct.unpack("!H", buf[:2])[0]:
+                d = c.recv(65536)
+                if not d:
+                    c.close()
+                    return
+                buf += d
+            m = buf[2:2 + struct.unpack("!H", buf[:2])[0]]
+            name, qtype, end = qname(m)
+            how = (name or "").split(".")[0]
+            emit({"name": name, "from": f"{peer[0]}:{peer[1]}", "how": how})
+            if how == "reset":
+                c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            elif how == "zero":
+                c.sendall(b"\0\0")
+                time.sleep(0.5)
+            elif how == "garbage":
+                c.sendall(struct.pack("!H", 64) + bytes([m[0] ^ 0xFF, m[1]]) + b"\x80" * 62)
+                time.sleep(0.5)
+            elif how == "otherq":
+                a, _, _ = auth_answer(m[:12] + b"\x05other" + m[12 + 1 + m[12]:])
+                c.sendall(struct.pack("!H", len(a)) + a)
+                time.sleep(0.5)
+            elif how == "hang":
+                held.append(c)
+                return
+            c.close()
+        except OSError:
+            pass
+
+    while True:
+        c, peer = s.accept()
+        threading.Thread(target=conn, args=(c, peer), daemon=True).start()
+
+
 def main():
     mode, addr = sys.argv[1], sys.argv[2]
     if mode == "slow":
         return serve_slow(addr, int(sys.argv[3]), float(sys.argv[4]))
+    if mode == "tcpbad":
+        return serve_tcpbad(addr, int(sys.argv[3]))
     udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     udp.bind((addr, 53))
     if mode == "auth":
         def on_msg(m, peer, tcp):
-            a, name, qtype = auth_answer(m)
+            a, name, qtype = auth_answer(m, tcp)
             emit({"name": name, "qtype": qtype, "from": f"{peer[0]}:{peer[1]}", "tcp": tcp})
             return a
         serve_tcp(addr, on_msg, lambda peer: None)
@@ -147,9 +230,28 @@ def main():
             finally:
                 u.close()
 
+        def relay_tcp(m):
+            u = socket.create_connection(up, timeout=2)
+            try:
+                u.sendall(struct.pack("!H", len(m)) + m)
+                buf = b""
+                while len(buf) < 2 or len(buf) < 2 + struct.unpack("!H", buf[:2])[0]:
+                    d = u.recv(65536)
+                    if not d:
+                        return None
+                    buf += d
+                return buf[2:2 + struct.unpack("!H", buf[:2])[0]]
+            except OSError:
+                return None
+            finally:
+                u.close()
+
         def on_tcp(m, peer, tcp):
             emit({"tcpmsg": True, "from": f"{peer[0]}:{peer[1]}", "len": len(m)})
-            return relay(m)
+            a = relay(m)
+            if a and len(a) > 2 and a[2] & 0x02:  # TC: asked again over TCP
+                a = relay_tcp(m)
+            return a
         serve_tcp(addr, on_tcp, lambda peer: emit({"conn": True, "from": f"{peer[0]}:{peer[1]}"}))
         print("READY", flush=True)
 

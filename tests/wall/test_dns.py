@@ -301,6 +301,41 @@ class DnsForwarder(unittest.TestCase):
         self.t.wall(forwarder=False)
         self.assertEqual(status(), (0, ""))
 
+    # ---- a large answer: TC over UDP, whole over TCP ----
+
+    def test_a_large_answer_is_truncated_over_udp_and_whole_over_tcp(self):
+        """A TXT answer of 1600 bytes of data (the authoritative stand-in's
+        large.*). Asked over UDP, the walled client gets the upstream's TC
+        (correct DNS: retry over TCP); asked over TCP, fy-dnsfwd asks the
+        upstream over TCP and relays the whole answer, not cut to 512. Before
+        the TCP upstream, the TCP query went upstream over UDP and the client
+        got TC again, and never the answer."""
+        name = "large.big.github.com"
+        r = d.dnsprobe(self.t.guest, U, "query", d.RESOLVER, name, "--qtype", "TXT")
+        self.assertEqual(r["rcodes"], {"0": 1}, r)
+        self.assertEqual(r["tc"], 1, r)
+        self.assertLessEqual(r["lens"][0], 512, r)
+        seen = [x for x in self.t.resolver.records() if x.get("tcpmsg")]
+        r = d.dnsprobe(self.t.guest, U, "query", d.RESOLVER, name, "--qtype", "TXT", "--tcp")
+        self.assertEqual(r["rcodes"], {"0": 1}, r)
+        self.assertEqual(r["tc"], 0, r)  # the whole answer
+        self.assertEqual(r["ancounts"], [1], r)
+        self.assertGreater(r["lens"][0], 1600, r)
+        self.assertEqual(r["from"], f"{d.RESOLVER}:53", r)
+        # fy-dnsfwd (root, the guest's own address) asked the resolver over TCP
+        tcp = [x for x in self.t.resolver.records() if x.get("tcpmsg")][len(seen):]
+        self.assertEqual(len(tcp), 1, tcp)
+        self.assertTrue(tcp[0]["from"].startswith(f"{d.GUEST}:"), tcp)
+        lines = self.logged(name=name)
+        self.assertEqual([(l["proto"], l["verdict"], l.get("rcode")) for l in lines],
+                         [("udp", "forwarded", 0), ("tcp", "forwarded", 0)], lines)
+        self.assertEqual(lines[1].get("uid"), U, lines)
+        self.assertEqual(lines[1]["upstream"], f"{d.RESOLVER}:53", lines)
+        # an EDNS client's UDP limit (1232) is still under the answer: TC
+        r = d.dnsprobe(self.t.guest, U, "query", d.RESOLVER, name, "--qtype", "TXT",
+                       "--pad", "8")
+        self.assertEqual((r["rcodes"], r["tc"]), ({"0": 1}, 1), r)
+
     # ---- failing closed, and saying why ----
 
     def test_a_dead_upstream_gives_servfail_and_says_so(self):
@@ -310,9 +345,90 @@ class DnsForwarder(unittest.TestCase):
         r = d.dnsprobe(self.t.guest, 0, "query", "127.42.0.55", "dead.github.com",
                        "--timeout", "3")
         self.assertEqual(r["rcodes"], {"2": 1}, r)  # SERVFAIL
+        # over TCP: its own connection upstream, which gets no answer either
+        r = d.dnsprobe(self.t.guest, 0, "query", "127.42.0.55", "dead.github.com",
+                       "--timeout", "3", "--tcp")
+        self.assertEqual(r["rcodes"], {"2": 1}, r)
+        self.assertGreater(r["lat_us"][0], 400_000, r)  # at the deadline (500 ms)
         text = d.stop_dnsfwd(p, err)
         self.assertIn("upstream 192.168.5.99:53 did not answer within 500 ms", text)
-        self.assertEqual([l["verdict"] for l in d.read_log(log)], ["upstream-timeout"])
+        self.assertEqual([(l["proto"], l["verdict"]) for l in d.read_log(log)],
+                         [("udp", "upstream-timeout"), ("tcp", "upstream-timeout")])
+        self.assertIn("upstream-tcp 1", text)
+
+    def test_a_refusing_tcp_upstream_gives_servfail_at_once(self):
+        """A TCP query to an upstream whose :53 refuses the connection (a
+        reset to the SYN): SERVFAIL at once, not at the 5 s deadline; the log
+        line says proto tcp and ECONNREFUSED, stderr names the upstream."""
+        cfg = self.t.dnsfwd_config(upstream="192.168.5.2", listen=[("127.42.0.57", "", "tcpref")],
+                                   timeout_ms=5000)
+        p, log, err = self.t.start_dnsfwd(cfg)
+        r = d.dnsprobe(self.t.guest, 0, "query", "127.42.0.57", "refused.github.com", "--tcp",
+                       "--timeout", "4")
+        self.assertEqual(r["rcodes"], {"2": 1}, r)
+        self.assertLess(r["lat_us"][0], 1_000_000, "SERVFAIL only at the deadline")
+        text = d.stop_dnsfwd(p, err)
+        self.assertIn("upstream 192.168.5.2:53: connecting over tcp: ECONNREFUSED", text)
+        lines = d.read_log(log)
+        self.assertEqual([(l["proto"], l["verdict"]) for l in lines], [("tcp", "upstream-error")])
+        self.assertIn("ECONNREFUSED", lines[0]["reason"])
+        self.assertEqual(lines[0]["upstream"], "192.168.5.2:53")
+        print(f"measure: SERVFAIL from a refusing TCP upstream after "
+              f"{r['lat_us'][0] / 1000:.1f} ms")
+
+    def test_a_broken_tcp_upstream_gives_servfail_saying_what_broke(self):
+        """The TCP upstream resets, closes before answering, frames a zero
+        length, answers with another id or another question, or holds the
+        connection without a word: each TCP query gets SERVFAIL (the first
+        four at once, the last at timeout_ms), logged with what happened. With
+        max_pending = 1, a query asked while one is upstream is answered
+        SERVFAIL (overloaded) at once. The ASan build's run checks that every
+        connection is freed."""
+        port = 5301
+        d.Stand(self.t.host, "tcpbad", d.RESOLVER, str(port))
+        cfg = self.t.dnsfwd_config(upstream=f"{d.RESOLVER}:{port}", timeout_ms=1000,
+                                   listen=[("127.42.0.58", "", "tcpbad")],
+                                   extra="max_pending = 1\n")
+        p, log, err = self.t.start_dnsfwd(cfg)
+        try:
+            cases = [("reset", "upstream-error", "reading over tcp: ECONNRESET"),
+                     ("close", "upstream-error", "closed the TCP connection before its answer"),
+                     ("zero", "upstream-bad", "its TCP framing: a TCP message of 0 bytes"),
+                     ("garbage", "upstream-bad", "the answer's id differs"),
+                     ("otherq", "upstream-bad", "the answer's question is not the query's")]
+            for how, verdict, reason in cases:
+                r = d.dnsprobe(self.t.guest, 0, "query", "127.42.0.58", f"{how}.github.com",
+                               "--tcp", "--timeout", "3")
+                self.assertEqual(r["rcodes"], {"2": 1}, (how, r))
+                self.assertLess(r["lat_us"][0], 900_000, (how, r))
+                line = [l for l in d.read_log(log) if l.get("name") == f"{how}.github.com"]
+                self.assertEqual([(l["proto"], l["verdict"]) for l in line], [("tcp", verdict)],
+                                 line)
+                self.assertIn(reason, line[0]["reason"], line)
+            # one held upstream: the next query is over max_pending; the held one times out
+            cmd = n.nsexec(self.t.guest, n.PY, d.DNSPROBE, "query", "127.42.0.58",
+                           "hang.github.com", "--tcp", "--timeout", "4")
+            q = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, text=True)
+            time.sleep(0.4)
+            r = d.dnsprobe(self.t.guest, 0, "query", "127.42.0.58", "next.github.com", "--tcp")
+            self.assertEqual(r["rcodes"], {"2": 1}, r)
+            out, _ = q.communicate(timeout=10)
+            r = json.loads(out.strip().splitlines()[-1])
+            self.assertEqual(r["rcodes"], {"2": 1}, r)
+            self.assertGreater(r["lat_us"][0], 900_000, r)
+            verdicts = {l["name"]: l["verdict"] for l in d.read_log(log)}
+            self.assertEqual(verdicts["next.github.com"], "overloaded", verdicts)
+            self.assertEqual(verdicts["hang.github.com"], "upstream-timeout", verdicts)
+            # a client gone while its query is upstream: the query times out, its answer dropped
+            r = d.dnsprobe(self.t.guest, 0, "query", "127.42.0.58", "hang.gone.github.com", "--tcp",
+                           "--timeout", "0.2")
+            self.assertEqual(r["timeouts"], 1, r)
+            time.sleep(1.3)
+            verdicts = {l["name"]: l["verdict"] for l in d.read_log(log)}
+            self.assertEqual(verdicts["hang.gone.github.com"], "upstream-timeout", verdicts)
+        finally:
+            text = d.stop_dnsfwd(p, err)
+        self.assertIn("upstream-tcp 7", text)
 
     def test_an_upstream_that_refuses_gives_servfail_at_once(self):
         # 192.168.5.2 is up, with nothing on 53: ICMP port unreachable

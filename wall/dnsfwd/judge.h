@@ -90,6 +90,10 @@ Result<std::vector<uint8_t>> check_response(std::span<const uint8_t> resp,
 // OPT record advertises, clamped to [512, 1232] (the DNS flag day's value).
 size_t udp_answer_limit(std::span<const uint8_t> wire, const wall::dns::Query& q);
 
+// The largest DNS message over TCP (its two-byte length): the limit of a TCP
+// client's answer, and the TcpFramer bound of the upstream's TCP answers.
+inline constexpr size_t kTcpAnswerMax = 65535;
+
 // DNS over TCP: each message is preceded by its length, two bytes, big
 // endian (RFC 1035 4.2.2). Feeds bytes as they arrive; a message longer than
 // `max` is an error (the caller closes the connection: it is not a DNS

@@ -62,9 +62,21 @@ struct Server::TcpClient {
   uint8_t rbuf[4096];
 };
 
+// A query's own TCP connection upstream: connect, one framed query, one
+// framed answer (read through a TcpFramer), closed with its query.
+struct Server::UpConn {
+  Server* srv = nullptr;
+  uint16_t id = 0;  // its query's key in pending_ (valid until closing)
+  uv_tcp_t tcp{};
+  uv_connect_t connect{};
+  TcpFramer framer{kTcpAnswerMax};
+  bool closing = false;
+};
+
 struct Server::Pending {
   Listener* l = nullptr;
-  bool tcp = false;
+  bool tcp = false;  // asked over TCP, so upstream over TCP too (`up`)
+  UpConn* up = nullptr;
   sockaddr_storage client{};
   uint64_t conn = 0;
   uint16_t client_id = 0;
@@ -316,7 +328,7 @@ void Server::close_listener(Listener* l) {
     if (c->l == l) cs.push_back(c);
   for (TcpClient* c : cs) close_client(c);
   for (auto it = pending_.begin(); it != pending_.end();)
-    it = it->second.l == l ? pending_.erase(it) : std::next(it);
+    it = it->second.l == l ? erase_pending(it) : std::next(it);
   auto done_udp = [](uv_handle_t* h) { static_cast<Listener*>(h->data)->udp_open = false; };
   auto done_tcp = [](uv_handle_t* h) { static_cast<Listener*>(h->data)->tcp_open = false; };
   if (l->udp_open && !uv_is_closing(reinterpret_cast<uv_handle_t*>(&l->udp)))
@@ -394,7 +406,7 @@ void Server::close() {
   std::vector<TcpClient*> cs;
   for (auto& [id, c] : clients_) cs.push_back(c);
   for (TcpClient* c : cs) close_client(c);
-  pending_.clear();
+  for (auto it = pending_.begin(); it != pending_.end();) it = erase_pending(it);
 }
 
 std::string Server::reload(Config next) {
@@ -472,27 +484,165 @@ void Server::handle(Listener* l, bool tcp, const sockaddr* from, TcpClient* c,
   p.sent[0] = static_cast<uint8_t>(id >> 8);
   p.sent[1] = static_cast<uint8_t>(id);
   p.q = std::move(v.query);
-  p.limit = tcp ? 65535 : udp_answer_limit(wire, p.q);
+  p.limit = tcp ? kTcpAnswerMax : udp_answer_limit(wire, p.q);
   p.start_us = mono_us();
   p.deadline_ms = mono_ms() + cfg_.timeout_ms;
   p.upstream = next_upstream_++ % upstreams_.size();
   p.src = src;
   Upstream* u = upstreams_[p.upstream].get();
-  uv_buf_t b = uv_buf_init(reinterpret_cast<char*>(p.sent.data()), p.sent.size());
-  int rc = uv_udp_try_send(&u->udp, &b, 1, nullptr);
-  if (rc < 0) {
-    ++stats_.upstream_bad;
-    auto a = wall::dns::local_answer(wire, p.q, 2);
-    log_line(l->cfg.name, tcp, src, nullptr, &p.q, "upstream-error",
-             fmt::format("sending to {}: {}", u->text, uv::error_string(rc)), 2, u->text, -1);
-    reply_to(l, tcp, from, p.conn, a);
-    return;
+  if (!tcp) {
+    uv_buf_t b = uv_buf_init(reinterpret_cast<char*>(p.sent.data()), p.sent.size());
+    int rc = uv_udp_try_send(&u->udp, &b, 1, nullptr);
+    if (rc < 0) {
+      ++stats_.upstream_bad;
+      auto a = wall::dns::local_answer(wire, p.q, 2);
+      log_line(l->cfg.name, tcp, src, nullptr, &p.q, "upstream-error",
+               fmt::format("sending to {}: {}", u->text, uv::error_string(rc)), 2, u->text, -1);
+      reply_to(l, tcp, from, p.conn, a);
+      return;
+    }
   }
   if (c) ++c->inflight;
   ++stats_.forwarded;
   // Asked while the query is upstream: the loop waits for the answer anyway.
   p.uid = asker_uid(l, tcp, from, c);
-  pending_.emplace(id, std::move(p));
+  auto it = pending_.emplace(id, std::move(p)).first;
+  if (tcp) upstream_tcp(it);  // may answer SERVFAIL at once (a connect that fails now)
+}
+
+void Server::upstream_tcp(PendingIt it) {
+  Pending& p = it->second;
+  Upstream* u = upstreams_[p.upstream].get();
+  auto* c = new UpConn;
+  c->srv = this;
+  c->id = it->first;
+  uv_tcp_init(loop_, &c->tcp);  // no socket yet: the connect makes it, in this (the daemon's) namespace
+  c->tcp.data = c;
+  c->connect.data = c;
+  p.up = c;
+  ++stats_.upstream_tcp;
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+  make_sockaddr(u->addr.host, u->addr.port, &ss, &len);  // checked when the config was read
+  int rc = uv_tcp_connect(&c->connect, &c->tcp, reinterpret_cast<sockaddr*>(&ss),
+                          [](uv_connect_t* r, int st) {
+                            auto* uc = static_cast<UpConn*>(r->data);
+                            uc->srv->on_upconn_connect(uc, st);
+                          });
+  if (rc != 0) upconn_failed(it, fmt::format("connecting over tcp: {}", uv::error_string(rc)));
+}
+
+Server::PendingIt Server::query_of(UpConn* c) {
+  if (c->closing) return pending_.end();
+  auto it = pending_.find(c->id);
+  return it != pending_.end() && it->second.up == c ? it : pending_.end();
+}
+
+void Server::on_upconn_connect(UpConn* c, int status) {
+  auto it = query_of(c);
+  if (it == pending_.end()) return;  // closed meanwhile (UV_ECANCELED)
+  if (status != 0) {
+    upconn_failed(it, fmt::format("connecting over tcp: {}", uv::error_string(status)));
+    return;
+  }
+  const std::vector<uint8_t>& sent = it->second.sent;
+  auto* w = new WriteReq;
+  w->bytes.reserve(sent.size() + 2);
+  w->bytes.push_back(static_cast<uint8_t>(sent.size() >> 8));
+  w->bytes.push_back(static_cast<uint8_t>(sent.size()));
+  w->bytes.insert(w->bytes.end(), sent.begin(), sent.end());
+  uv_buf_t wb = uv_buf_init(reinterpret_cast<char*>(w->bytes.data()), w->bytes.size());
+  int rc = uv_write(&w->req, reinterpret_cast<uv_stream_t*>(&c->tcp), &wb, 1,
+                    [](uv_write_t* r, int) { delete reinterpret_cast<WriteReq*>(r); });
+  if (rc != 0) {
+    delete w;
+    upconn_failed(it, fmt::format("sending over tcp: {}", uv::error_string(rc)));
+    return;
+  }
+  rc = uv_read_start(
+      reinterpret_cast<uv_stream_t*>(&c->tcp),
+      [](uv_handle_t* h, size_t, uv_buf_t* b) {
+        auto* s = static_cast<UpConn*>(h->data)->srv;
+        *b = uv_buf_init(reinterpret_cast<char*>(s->rbuf_.data()), s->rbuf_.size());
+      },
+      [](uv_stream_t* s, ssize_t n, const uv_buf_t* b) {
+        auto* uc = static_cast<UpConn*>(s->data);
+        uc->srv->on_upconn_read(uc, n, b);
+      });
+  if (rc != 0) upconn_failed(it, fmt::format("reading over tcp: {}", uv::error_string(rc)));
+}
+
+void Server::on_upconn_read(UpConn* c, ssize_t n, const uv_buf_t* buf) {
+  auto it = query_of(c);
+  if (it == pending_.end() || n == 0) return;
+  if (n < 0) {
+    upconn_failed(it, n == UV_EOF ? std::string("the upstream closed the TCP connection before "
+                                                "its answer")
+                                  : fmt::format("reading over tcp: {}",
+                                                uv::error_string(static_cast<int>(n))));
+    return;
+  }
+  auto fed = c->framer.feed({reinterpret_cast<const uint8_t*>(buf->base), static_cast<size_t>(n)});
+  if (!fed) {
+    ++stats_.upstream_bad;
+    servfail(it, "upstream-bad", fmt::format("its TCP framing: {}", fed.error().message));
+    return;
+  }
+  std::span<const uint8_t> m = c->framer.next();
+  if (m.empty()) return;  // more to come
+  answer_from(it, m);
+}
+
+void Server::upconn_failed(PendingIt it, const std::string& why) {
+  ++stats_.upstream_bad;
+  Upstream* u = upstreams_[it->second.upstream].get();
+  const uint64_t now = mono_ms();
+  if (now - u->failures_logged_ms >= 1000) {
+    u->failures_logged_ms = now;
+    log::error("upstream {}: {} — check the VM's resolver (resolv.conf, Lima's "
+               "192.168.5.3) serves TCP; clients get SERVFAIL meanwhile", u->text, why);
+  }
+  servfail(it, "upstream-error", why);
+}
+
+void Server::close_upconn(UpConn* c) {
+  if (c->closing) return;
+  c->closing = true;
+  // A connect or write still under way is called back (UV_ECANCELED) before this.
+  uv_close(reinterpret_cast<uv_handle_t*>(&c->tcp),
+           [](uv_handle_t* h) { delete static_cast<UpConn*>(h->data); });
+}
+
+Server::PendingIt Server::erase_pending(PendingIt it) {
+  if (it->second.up) close_upconn(it->second.up);
+  return pending_.erase(it);
+}
+
+Server::PendingIt Server::servfail(PendingIt it, const char* verdict, const std::string& why) {
+  Pending& p = it->second;
+  std::vector<uint8_t> a = wall::dns::local_answer(p.sent, p.q, 2);
+  a[0] = static_cast<uint8_t>(p.client_id >> 8);
+  a[1] = static_cast<uint8_t>(p.client_id);
+  log_line(p.l->cfg.name, p.tcp, p.src, nullptr, &p.q, verdict, why, 2,
+           upstreams_[p.upstream]->text, static_cast<double>(mono_us() - p.start_us) / 1000.0,
+           p.uid);
+  reply(p, a);
+  return erase_pending(it);
+}
+
+Server::PendingIt Server::answer_from(PendingIt it, std::span<const uint8_t> resp) {
+  Pending& p = it->second;
+  auto out = check_response(resp, p.sent, p.q, p.client_id, p.limit);
+  if (!out) {
+    ++stats_.upstream_bad;
+    return servfail(it, "upstream-bad", out.error().message);
+  }
+  ++stats_.answered;
+  log_line(p.l->cfg.name, p.tcp, p.src, nullptr, &p.q, "forwarded", "", (*out)[3] & 0xF,
+           upstreams_[p.upstream]->text, static_cast<double>(mono_us() - p.start_us) / 1000.0,
+           p.uid);
+  reply(p, *out);
+  return erase_pending(it);
 }
 
 std::optional<uint32_t> Server::asker_uid(Listener* l, bool tcp, const sockaddr* from,
@@ -524,21 +674,16 @@ void Server::on_upstream(Upstream* u, ssize_t n, const uv_buf_t* buf, const sock
       log::error("upstream {}: {} — check the VM's resolver (resolv.conf, Lima's 192.168.5.3)",
                  u->text, uv::error_string(static_cast<int>(n)));
     }
+    // Only the queries sent over UDP: a TCP one has its own connection.
     const std::string why = uv::error_string(static_cast<int>(n));
     for (auto it = pending_.begin(); it != pending_.end();) {
       Pending& p = it->second;
-      if (upstreams_[p.upstream].get() != u) {
+      if (p.tcp || upstreams_[p.upstream].get() != u) {
         ++it;
         continue;
       }
       ++stats_.upstream_bad;
-      std::vector<uint8_t> a = wall::dns::local_answer(p.sent, p.q, 2);
-      a[0] = static_cast<uint8_t>(p.client_id >> 8);
-      a[1] = static_cast<uint8_t>(p.client_id);
-      log_line(p.l->cfg.name, p.tcp, p.src, nullptr, &p.q, "upstream-error", why, 2, u->text,
-               static_cast<double>(mono_us() - p.start_us) / 1000.0);
-      reply(p, a);
-      it = pending_.erase(it);
+      it = servfail(it, "upstream-error", why);
     }
     return;
   }
@@ -546,25 +691,9 @@ void Server::on_upstream(Upstream* u, ssize_t n, const uv_buf_t* buf, const sock
   std::span<const uint8_t> resp(reinterpret_cast<const uint8_t*>(buf->base), static_cast<size_t>(n));
   const uint16_t id = static_cast<uint16_t>((resp[0] << 8) | resp[1]);
   auto it = pending_.find(id);
-  if (it == pending_.end() || upstreams_[it->second.upstream].get() != u) return;  // late or stray
-  Pending& p = it->second;
-  auto out = check_response(resp, p.sent, p.q, p.client_id, p.limit);
-  const double ms = static_cast<double>(mono_us() - p.start_us) / 1000.0;
-  if (!out) {
-    ++stats_.upstream_bad;
-    std::vector<uint8_t> a = wall::dns::local_answer(p.sent, p.q, 2);
-    a[0] = static_cast<uint8_t>(p.client_id >> 8);
-    a[1] = static_cast<uint8_t>(p.client_id);
-    log_line(p.l->cfg.name, p.tcp, p.src, nullptr, &p.q, "upstream-bad", out.error().message, 2,
-             u->text, ms);
-    reply(p, a);
-  } else {
-    ++stats_.answered;
-    log_line(p.l->cfg.name, p.tcp, p.src, nullptr, &p.q, "forwarded", "", (*out)[3] & 0xF,
-             u->text, ms, p.uid);
-    reply(p, *out);
-  }
-  pending_.erase(it);
+  // late, stray, or the id of a query sent over TCP
+  if (it == pending_.end() || it->second.tcp || upstreams_[it->second.upstream].get() != u) return;
+  answer_from(it, resp);
 }
 
 void Server::reply(Pending& p, std::span<const uint8_t> bytes) {
@@ -713,14 +842,7 @@ void Server::sweep() {
                  "(resolv.conf, Lima's 192.168.5.3); clients get SERVFAIL meanwhile",
                  u->text, cfg_.timeout_ms);
     }
-    std::vector<uint8_t> a = wall::dns::local_answer(p.sent, p.q, 2);
-    a[0] = static_cast<uint8_t>(p.client_id >> 8);
-    a[1] = static_cast<uint8_t>(p.client_id);
-    log_line(p.l->cfg.name, p.tcp, p.src, nullptr, &p.q, "upstream-timeout",
-             fmt::format("no answer within {} ms", cfg_.timeout_ms), 2, u->text,
-             static_cast<double>(mono_us() - p.start_us) / 1000.0, p.uid);
-    reply(p, a);
-    it = pending_.erase(it);
+    it = servfail(it, "upstream-timeout", fmt::format("no answer within {} ms", cfg_.timeout_ms));
   }
 }
 

@@ -1,13 +1,19 @@
 // fy-dnsfwd's loop: UDP and TCP listeners (each in the namespace its config
-// names), one upstream UDP socket per address family in the daemon's own
-// namespace, and the table of queries upstream. Every decision is judge.h's;
-// this file only moves bytes and writes the log.
+// names), one connected upstream UDP socket per upstream address in the
+// daemon's own namespace, and the table of queries upstream. A query that
+// arrived over UDP goes upstream over UDP; one that arrived over TCP goes
+// upstream over a TCP connection of its own (UpConn), made from the daemon's
+// own namespace too, one query on it and closed with its answer. Both kinds
+// are in the same table, under the same max_pending and timeout_ms. Every
+// decision is judge.h's; this file only moves bytes and writes the log.
 //
 // Ownership: the Server owns its listeners and upstream sockets by value
 // (in heap objects it keeps until destruction) and each TcpClient, which it
-// frees in the client's last close callback. close() starts closing every
-// handle; the caller runs the loop until it is empty, then destroys the
-// Server (the destructor asserts close() ran).
+// frees in the client's last close callback. An UpConn belongs to its query
+// (Pending::up): it is closed by close_upconn() when the query leaves the
+// table (erase_pending(), the one way out), and freed in its close callback.
+// close() starts closing every handle; the caller runs the loop until it is
+// empty, then destroys the Server (the destructor asserts close() ran).
 #pragma once
 
 #include <uv.h>
@@ -30,7 +36,8 @@ namespace fy::dnsfwd {
 struct Stats {
   uint64_t forwarded = 0, answered = 0, refused = 0, malformed = 0, rate_limited = 0,
            too_large = 0, upstream_timeouts = 0, upstream_bad = 0, overloaded = 0,
-           tcp_clients = 0, tcp_refused = 0, log_suppressed = 0;
+           tcp_clients = 0, tcp_refused = 0, log_suppressed = 0,
+           upstream_tcp = 0;  // queries sent upstream over TCP
 };
 
 class Server {
@@ -61,6 +68,8 @@ class Server {
   struct TcpClient;
   struct Pending;
   struct Upstream;
+  struct UpConn;
+  using PendingIt = std::unordered_map<uint16_t, Pending>::iterator;
 
   // Opens `l`'s UDP and TCP sockets (and its redirect) in the namespace
   // `ns_path` names ("" = the daemon's own).
@@ -75,6 +84,26 @@ class Server {
   void follow(Listener*& l);
   void on_udp(Listener* l, ssize_t n, const uv_buf_t* buf, const sockaddr* from, unsigned flags);
   void on_upstream(Upstream* u, ssize_t n, const uv_buf_t* buf, const sockaddr* from);
+  // The TCP upstream: a connection of its own for the query at `it`
+  // (handle() calls it once the query is in pending_).
+  void upstream_tcp(PendingIt it);
+  void on_upconn_connect(UpConn* c, int status);
+  void on_upconn_read(UpConn* c, ssize_t n, const uv_buf_t* buf);
+  // The query `c` carries, or pending_.end() once it has none (closing).
+  PendingIt query_of(UpConn* c);
+  // The one close point of an UpConn (freed in its close callback).
+  void close_upconn(UpConn* c);
+  // Takes the query out of the table, closing its upstream connection.
+  PendingIt erase_pending(PendingIt it);
+  // The upstream's answer to the query at `it` (either path): checked
+  // (check_response), logged, relayed or SERVFAIL; the query leaves the table.
+  PendingIt answer_from(PendingIt it, std::span<const uint8_t> resp);
+  // SERVFAIL for the query at `it`, logged with `verdict` and `why`; it
+  // leaves the table.
+  PendingIt servfail(PendingIt it, const char* verdict, const std::string& why);
+  // A TCP upstream's connection failed (refused, reset, closed early):
+  // SERVFAIL, and once a second per upstream a line on stderr.
+  void upconn_failed(PendingIt it, const std::string& why);
   void on_accept(Listener* l);
   void on_tcp_read(TcpClient* c, ssize_t n, const uv_buf_t* buf);
   void close_client(TcpClient* c);

@@ -140,9 +140,9 @@ int main(int argc, char** argv) {
       uv_run(&loop, UV_RUN_DEFAULT);
       const auto& s = srv.stats();
       fy::log::info("stopped: forwarded {} answered {} refused {} malformed {} rate-limited {} "
-                    "too-large {} upstream-timeouts {} upstream-bad {}",
+                    "too-large {} upstream-timeouts {} upstream-bad {} upstream-tcp {}",
                     s.forwarded, s.answered, s.refused, s.malformed, s.rate_limited, s.too_large,
-                    s.upstream_timeouts, s.upstream_bad);
+                    s.upstream_timeouts, s.upstream_bad, s.upstream_tcp);
     }
     uv_run(&loop, UV_RUN_DEFAULT);
   }
