@@ -138,10 +138,15 @@ std::vector<LimaInstance> parse_lima_list(std::string_view json_lines) {
     if (!j.is_object() || !j.contains("name") || !j["name"].is_string()) continue;
     LimaInstance li;
     li.name = j["name"].get<std::string>();
+    // A name lima would not give an instance ("", "x y") is not one: no
+    // command of ours may be aimed at it.
+    if (!valid_machine_name(li.name)) continue;
     if (j.contains("status") && j["status"].is_string()) li.status = j["status"].get<std::string>();
     if (j.contains("dir") && j["dir"].is_string()) li.dir = j["dir"].get<std::string>();
-    if (j.contains("sshLocalPort") && j["sshLocalPort"].is_number_integer())
-      li.ssh_port = j["sshLocalPort"].get<int64_t>();
+    if (j.contains("sshLocalPort") && j["sshLocalPort"].is_number_integer()) {
+      int64_t p = j["sshLocalPort"].get<int64_t>();
+      li.ssh_port = p >= 1 && p <= 65535 ? p : 0;  // not a port: unknown
+    }
     out.push_back(std::move(li));
   }
   return out;

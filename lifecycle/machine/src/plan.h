@@ -62,8 +62,9 @@ struct LimaInstance {
   int64_t ssh_port = 0;
 };
 // `limactl list --json`: one JSON object a line. Lines that are not an object
-// with a string "name" are skipped (lima prints warnings on stderr only, but
-// a broken line must not hide the others).
+// with a string "name" lima would accept (valid_machine_name) are skipped
+// (lima prints warnings on stderr only, but a broken line must not hide the
+// others); an sshLocalPort that is not a port reads as 0 (unknown).
 std::vector<LimaInstance> parse_lima_list(std::string_view json_lines);
 
 // The provisioning marker and its record.

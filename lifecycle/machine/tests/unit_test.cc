@@ -91,6 +91,14 @@ TEST_CASE("limactl list --json, lima.yaml provision id and mounts") {
   CHECK(l[0].dir == "/h/.lima/a");
   CHECK(l[0].ssh_port == 60022);
   CHECK(l[1].status == "Broken");
+  // The fuzzer's: an empty name, a name lima would refuse, a port that is not one.
+  auto odd = parse_lima_list("{\"name\":\"\"}\n{\"name\":\"a b\"}\n"
+                             "{\"name\":\"c\",\"sshLocalPort\":-5}\n"
+                             "{\"name\":\"d\",\"sshLocalPort\":70000}\n");
+  REQUIRE(odd.size() == 2);
+  CHECK(odd[0].name == "c");
+  CHECK(odd[0].ssh_port == 0);
+  CHECK(odd[1].ssh_port == 0);
   std::string yaml =
       "provision:\n- mode: system\n  script: |\n    #!/bin/bash\n    # fy-monitor 1111\n"
       "- mode: system\n  script: |\n    #!/bin/bash\n    # fy-provision 0123456789abcdef\n"
