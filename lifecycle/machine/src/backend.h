@@ -48,6 +48,12 @@ class Backend {
   virtual std::string socket(const std::string& n) = 0;  // unix://..., "" when absent
   virtual std::string guest_socket() const = 0;
   virtual std::optional<SshConfig> ssh_target(const std::string& n) = 0;
+  // The guest's ssh host public keys as the host knows them without asking
+  // the network (the qemu backend makes the key itself and gives it to the
+  // guest before its sshd serves it): pin_host_key pins these and never
+  // scans. Empty (lima, podman): the key is scanned and pinned on first
+  // contact (TOFU).
+  virtual std::vector<HostKey> known_host_keys(const std::string& n) { return {}; }
 
   // The recorded boot provisioning's id ("" when none), and recording a new
   // one (a stopped VM only). Backends that cannot be provisioned return

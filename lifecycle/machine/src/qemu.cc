@@ -86,12 +86,45 @@ class Qemu final : public Backend {
     return true;
   }
 
+  // The guest's ssh host key, made here (qemu.h: kQemuHostKeyFile).
+  std::string host_key(const std::string& n) const { return dir(n) + "/boot/" + std::string(kQemuHostKeyFile); }
+  std::string key_alias(const std::string& n) const { return "fy-qemu-" + n; }
+
+  std::vector<HostKey> known_host_keys(const std::string& n) override {
+    auto pub = read_file(host_key(n) + ".pub");
+    return pub ? parse_host_keys(key_alias(n) + " " + first_line(*pub)) : std::vector<HostKey>{};
+  }
+
+  // Makes the guest's host key once per VM (a VM made before this has none:
+  // it gets one at its next start), and the backend's own known_hosts of it.
+  bool make_host_key(const std::string& n) {
+    std::string k = host_key(n);
+    if (known_host_keys(n).empty() || ::access(k.c_str(), R_OK) != 0) {
+      ::unlink(k.c_str());
+      ::unlink((k + ".pub").c_str());
+      RunResult g = run({"ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", key_alias(n), "-f", k}, 60s);
+      if (g.rc != 0 || known_host_keys(n).empty()) {
+        env_.say(fmt::format("✗ ssh-keygen could not make the guest's host key {}: {}", k,
+                             first_line(g.err.empty() ? g.out : g.err)));
+        return false;
+      }
+    }
+    if (!write_file(dir(n) + "/known_hosts", render_known_hosts(key_alias(n), known_host_keys(n)), 0600)) {
+      env_.say(fmt::format("✗ cannot write {}/known_hosts: {}", dir(n), std::strerror(errno)));
+      return false;
+    }
+    return true;
+  }
+
+  // Strict: the one key is the one made here (a guest still serving fy-init's
+  // own key, before the hook replaced it, is not answered).
   std::vector<std::string> ssh_base(const std::string& n, const std::string& user) {
     auto v = vm(n);
     auto port = read_file(dir(n) + "/ssh.port");
     return {"ssh", "-i", v ? v->image + "/id_ed25519" : "", "-p", port ? first_line(*port) : "0",
             "-o", "UserKnownHostsFile=" + dir(n) + "/known_hosts",
-            "-o", "StrictHostKeyChecking=accept-new", "-o", "BatchMode=yes",
+            "-o", "GlobalKnownHostsFile=/dev/null", "-o", "HostKeyAlias=" + key_alias(n),
+            "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes",
             "-o", "ConnectTimeout=5", "-o", "LogLevel=ERROR", user + "@127.0.0.1"};
   }
 
@@ -101,6 +134,7 @@ class Qemu final : public Backend {
     std::string d = dir(n);
     if (!qemu_pid(n)) {
       reap_orphans(n);
+      if (!make_host_key(n)) return false;
       std::string why;
       bool kvm = qemu_use_kvm(fs::exists("/sys/module/kvm_pvm"),
                               fs::exists("/sys/module/kvm_intel") || fs::exists("/sys/module/kvm_amd"),

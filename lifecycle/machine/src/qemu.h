@@ -11,7 +11,8 @@
 //   boot/provision.sh  the rendered boot script, the Lima fields filled in
 //   qemu.pid, ssh.port, fwd.pid   the running VM, its ssh forward, the socket relay
 //   podman.sock      the guest's libpod socket on the host (an ssh stream forward)
-//   console.log, qemu.log, fwd.log, known_hosts (the backend's own ssh, first use)
+//   boot/ssh_host_ed25519_key(.pub)  the guest's host key, made here (the hook installs it)
+//   console.log, qemu.log, fwd.log, known_hosts (the backend's own ssh: that key, strict)
 // The pure parts (argv, the hook, vm.json) are here; the I/O is in qemu.cc.
 #pragma once
 
@@ -29,6 +30,11 @@ namespace fy::machine {
 // The guest's VM user (build-image makes it): lima's {{.User}} / {{.UID}}.
 inline constexpr std::string_view kQemuUser = "fy";
 inline constexpr int kQemuUid = 1000;
+// The guest's ssh host key, in the VM's boot/ folder (ssh-keygen on the host
+// at its first start; <file>.pub beside it). The boot hook installs it over
+// fy-init's own before anything else, so the host knows the key it pins
+// without scanning it over the network.
+inline constexpr std::string_view kQemuHostKeyFile = "ssh_host_ed25519_key";
 // The guest address qemu's user network connects to the host's loopback
 // (guestfwd), the qemu backend's [machine].gateway.
 inline constexpr std::string_view kQemuGateway = "10.0.2.100";
@@ -60,7 +66,8 @@ std::vector<std::string> qemu_argv(const QemuLaunch& l);
 
 // The 9p tag of the i-th mount (fym0, fym1, ...).
 std::string qemu_mount_tag(size_t i);
-// boot/hook: mounts the project's folders at their host paths, links the
+// boot/hook: installs the host-made ssh host key (and has sshd re-read it
+// when it was not the one served), mounts the project's folders at their host paths, links the
 // build's fy-wall and fy-forwarder where the units expect them, runs the
 // boot script (its status in /run/fyboot.rc), then starts the VM user's
 // rootless engine on guest_socket, and writes /run/fyboot.done.

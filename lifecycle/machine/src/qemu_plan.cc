@@ -92,11 +92,22 @@ std::string qemu_boot_hook(const std::vector<std::string>& mounts, const std::st
 # (lifecycle/machine/src/qemu_plan.cc writes it).
 set -u
 rm -f /run/fyboot.rc /run/fyboot.done
+# The ssh host key fy-machine made on the host (and pinned there, never
+# scanned): it replaces fy-init's own, and sshd re-reads its keys on SIGHUP.
+# Until then the host's strict ssh refuses the guest.
+if [ -f /run/fyboot/{key} ] && ! cmp -s /run/fyboot/{key} /etc/ssh/{key}; then
+  install -m 0600 -o root -g root /run/fyboot/{key} /etc/ssh/{key}
+  install -m 0644 -o root -g root /run/fyboot/{key}.pub /etc/ssh/{key}.pub
+  i=0
+  while [ ! -s /run/sshd.pid ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+  kill -HUP "$(cat /run/sshd.pid)" && echo "fy-boot: sshd serves the host-made host key"
+fi
 mount --make-rshared /  # rootless podman wants a shared root mount
 echo "fy-boot: start $(date -u +%T)"
 # The project's folders, at their host paths.
 {mounts}# The build's binaries where the units and the boot script expect them.
 if [ -x /fy/wall/fy-wall ]; then ln -sf /fy/wall/fy-wall /usr/local/bin/fy-wall; fi
+if [ -x /fy/wall/novsock/fy-novsock ]; then ln -sf /fy/wall/novsock/fy-novsock /usr/local/bin/fy-novsock; fi
 if [ -x /fy/forwarder/fy-forwarder ]; then
   mkdir -p /usr/libexec/fy && ln -sf /fy/forwarder/fy-forwarder /usr/libexec/fy/fy-forwarder
 fi
@@ -120,7 +131,7 @@ while [ ! -S {sock} ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
 echo "fy-boot: engine socket $( [ -S {sock} ] && echo up || echo MISSING ) $(date -u +%T)"
 touch /run/fyboot.done
 )__",
-                     fmt::arg("mounts", m), fmt::arg("uid", kQemuUid), fmt::arg("user", kQemuUser),
+                     fmt::arg("mounts", m), fmt::arg("key", kQemuHostKeyFile), fmt::arg("uid", kQemuUid), fmt::arg("user", kQemuUser),
                      fmt::arg("dir", dir), fmt::arg("sock", guest_socket));
 }
 

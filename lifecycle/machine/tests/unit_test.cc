@@ -334,6 +334,18 @@ TEST_CASE("qemu: the boot hook mounts, runs the provisioning, then the VM user's
   CHECK(eng > prov);
   CHECK(done > eng);
   CHECK(h.find("su -s /bin/sh fy -c") != std::string::npos);
+  // The host-made ssh host key replaces fy-init's own before anything else,
+  // and the novsock closure's binary is linked where the boot script runs it.
+  size_t key = h.find("install -m 0600 -o root -g root /run/fyboot/ssh_host_ed25519_key "
+                      "/etc/ssh/ssh_host_ed25519_key\n");
+  size_t hup = h.find("kill -HUP \"$(cat /run/sshd.pid)\"");
+  CHECK(key != std::string::npos);
+  CHECK(hup > key);
+  CHECK(h.find("mount -t 9p") > hup);
+  CHECK(prov > hup);
+  size_t nv = h.find("ln -sf /fy/wall/novsock/fy-novsock /usr/local/bin/fy-novsock");
+  CHECK(nv != std::string::npos);
+  CHECK(nv < prov);
 }
 
 TEST_CASE("qemu: Lima's fields filled as lima would; KVM only where it boots a stock kernel") {
