@@ -185,10 +185,10 @@ void Connection::on_error(Stream& s, Errc kind, const std::string& detail) {
   }
   if (kind == Errc::tls && s.verify_failure()) {
     ++srv_.metrics().tls_origin_verify_failures;
-    origin_failed(Errc::tls, netlog::error_text(netlog::ErrorKind::tls_verify,
-                                                s.verify_failure()->reason +
-                                                    " (the origin's certificate for " +
-                                                    origin_dest_.host + " is not trusted)"));
+    origin_failed(Errc::tls,
+                  s.verify_failure()->reason + " (the origin's certificate for " +
+                      origin_dest_.host + " is not trusted)",
+                  netlog::ErrorKind::tls_verify);
     return;
   }
   origin_failed(kind, detail);
@@ -1281,10 +1281,10 @@ bool Connection::retry_on_fresh_origin() {
   return true;
 }
 
-void Connection::origin_failed(Errc kind, const std::string& detail) {
-  std::string reason = netlog::parse_error_kind(detail) == netlog::ErrorKind::tls_verify
-                           ? detail
-                           : netlog::error_text(netlog::error_kind_of(kind), detail);
+void Connection::origin_failed(Errc kind, const std::string& detail,
+                               std::optional<netlog::ErrorKind> row_kind) {
+  std::string reason =
+      netlog::error_text(row_kind.value_or(netlog::error_kind_of(kind)), detail);
   std::string dest = origin_dest_.authority();
   if (mode_ == Mode::http && !ex_.active && !eager_dial_) {
     // An idle kept-alive origin went away between requests with a reset

@@ -25,6 +25,7 @@
 
 #include <uv.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,7 @@
 #include "proxy/inject/rules.h"
 #include "proxy/inject/store.h"
 #include "proxy/io/stream.h"
+#include "proxy/netlog/error_kind.h"
 #include "proxy/netlog/row.h"
 #include "proxy/policy/admission.h"
 #include "proxy/policy/pattern.h"
@@ -192,7 +194,10 @@ class Connection final : public StreamHandler {
   // idle, healthy and cleartext; closed otherwise.
   void retire_origin(bool reusable = false);
   void retire_origin_keep_addrs();
-  void origin_failed(Errc kind, const std::string& detail);
+  // `row_kind`: the Network Log's kind when it is not `kind`'s own (a
+  // certificate refused is Errc::tls, written tls_verify).
+  void origin_failed(Errc kind, const std::string& detail,
+                     std::optional<netlog::ErrorKind> row_kind = std::nullopt);
   // Answers the exchange in flight 502 (504 for a timeout) with `reason`.
   void fail_exchange(Errc kind, const std::string& reason, const std::string& dest);
   bool retry_on_fresh_origin();
