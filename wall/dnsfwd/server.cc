@@ -97,6 +97,21 @@ struct WriteReq {
   std::vector<uint8_t> bytes;
 };
 
+// Writes `msg` on `s` as one DNS-over-TCP message (its two-byte length, then
+// the bytes), from a copy freed when the write completes; the libuv error, or 0.
+int write_framed(uv_stream_t* s, std::span<const uint8_t> msg) {
+  auto* w = new WriteReq;
+  w->bytes.reserve(msg.size() + 2);
+  w->bytes.push_back(static_cast<uint8_t>(msg.size() >> 8));
+  w->bytes.push_back(static_cast<uint8_t>(msg.size()));
+  w->bytes.insert(w->bytes.end(), msg.begin(), msg.end());
+  uv_buf_t b = uv_buf_init(reinterpret_cast<char*>(w->bytes.data()), w->bytes.size());
+  int rc = uv_write(&w->req, s, &b, 1,
+                    [](uv_write_t* r, int) { delete reinterpret_cast<WriteReq*>(r); });
+  if (rc != 0) delete w;
+  return rc;
+}
+
 // Makes a socket of `type` bound to `hp` inside the namespace `netns` (""
 // for the caller's own) on a short-lived thread, so this thread's namespace
 // never changes: the upstream sockets are always the daemon's own.
@@ -545,17 +560,8 @@ void Server::on_upconn_connect(UpConn* c, int status) {
     upconn_failed(it, fmt::format("connecting over tcp: {}", uv::error_string(status)));
     return;
   }
-  const std::vector<uint8_t>& sent = it->second.sent;
-  auto* w = new WriteReq;
-  w->bytes.reserve(sent.size() + 2);
-  w->bytes.push_back(static_cast<uint8_t>(sent.size() >> 8));
-  w->bytes.push_back(static_cast<uint8_t>(sent.size()));
-  w->bytes.insert(w->bytes.end(), sent.begin(), sent.end());
-  uv_buf_t wb = uv_buf_init(reinterpret_cast<char*>(w->bytes.data()), w->bytes.size());
-  int rc = uv_write(&w->req, reinterpret_cast<uv_stream_t*>(&c->tcp), &wb, 1,
-                    [](uv_write_t* r, int) { delete reinterpret_cast<WriteReq*>(r); });
+  int rc = write_framed(reinterpret_cast<uv_stream_t*>(&c->tcp), it->second.sent);
   if (rc != 0) {
-    delete w;
     upconn_failed(it, fmt::format("sending over tcp: {}", uv::error_string(rc)));
     return;
   }
@@ -715,15 +721,7 @@ void Server::reply_to(Listener* l, bool tcp, const sockaddr* to, uint64_t conn,
   }
   auto ci = clients_.find(conn);
   if (ci == clients_.end() || ci->second->closing) return;
-  auto* w = new WriteReq;
-  w->bytes.reserve(bytes.size() + 2);
-  w->bytes.push_back(static_cast<uint8_t>(bytes.size() >> 8));
-  w->bytes.push_back(static_cast<uint8_t>(bytes.size()));
-  w->bytes.insert(w->bytes.end(), bytes.begin(), bytes.end());
-  uv_buf_t b = uv_buf_init(reinterpret_cast<char*>(w->bytes.data()), w->bytes.size());
-  int rc = uv_write(&w->req, reinterpret_cast<uv_stream_t*>(&ci->second->tcp), &b, 1,
-                    [](uv_write_t* r, int) { delete reinterpret_cast<WriteReq*>(r); });
-  if (rc != 0) delete w;
+  (void)write_framed(reinterpret_cast<uv_stream_t*>(&ci->second->tcp), bytes);  // a write that fails is dropped
 }
 
 void Server::on_accept(Listener* l) {
