@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """fy-sockfilter's benchmark: the same requests, in the same run, straight to
 a real podman API socket (runsc default, as test_live_podman.py sets it up),
-through fy-sockfilter, and through haproxy in http mode on unix sockets with
-path ACLs (how the popular socket proxies are built). Within each round the
+through fy-sockfilter, through haproxy in http mode on unix sockets with
+path ACLs (how the popular socket proxies are built), and through the floor:
+floor_relay.c, a byte relay with no parsing (one edge-triggered epoll loop),
+the least any hop in front of the socket costs on this machine. Within each round the
 arms take turns every --batch requests (creates: every request), the order
 rotating; p50/p90 are over all requests of all rounds; each ratio is the
 median over rounds of that round's p50 ratio (against direct, and against
@@ -11,7 +13,7 @@ haproxy), so load that shifts between rounds cancels.
   python3 bench/sockfilter/bench_sockfilter.py --filter build/subprojects/fy-sockfilter/fy-sockfilter \
       [--rounds 7] [--pings 300] [--lists 150] [--creates 8] [--batch 10] [--json out.json]
 
-Needs root, podman, runsc, haproxy. Each request is timed from the first byte
+Needs root, podman, runsc, haproxy, cc. Each request is timed from the first byte
 written to the last byte of the response read, on one keep-alive connection
 per arm and round (a Python client: its cost is in every arm alike)."""
 import argparse
@@ -120,7 +122,7 @@ def main():
     ap.add_argument("--batch", type=int, default=10, help="requests per arm's turn (creates: 1)")
     ap.add_argument("--json")
     a = ap.parse_args()
-    for tool in ("podman", "runsc", "haproxy"):
+    for tool in ("podman", "runsc", "haproxy", "cc"):
         if not shutil.which(tool):
             print("SKIP: %s is not installed" % tool)
             return 77
@@ -145,6 +147,10 @@ def main():
     engine = os.path.join(tmp, "engine.sock")
     filtered = os.path.join(tmp, "filtered.sock")
     hap = os.path.join(tmp, "haproxy.sock")
+    floor = os.path.join(tmp, "floor.sock")
+    floor_bin = os.path.join(tmp, "floor_relay")
+    subprocess.run(["cc", "-O2", "-o", floor_bin,
+                    os.path.join(os.path.dirname(os.path.abspath(__file__)), "floor_relay.c")], check=True)
     with open(os.path.join(tmp, "haproxy.cfg"), "w") as f:
         f.write(HAPROXY_CFG.format(listen=hap, upstream=engine))
     procs = []
@@ -162,8 +168,9 @@ def main():
         flt = subprocess.Popen([a.filter, engine, filtered, "--log-level", "warn"])
         hap_p = subprocess.Popen(["haproxy", "-f", os.path.join(tmp, "haproxy.cfg")],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        procs += [flt, hap_p]
-        arms = {"direct": engine, "fy-sockfilter": filtered, "haproxy": hap}
+        floor_p = subprocess.Popen([floor_bin, engine, floor])
+        procs += [flt, hap_p, floor_p]
+        arms = {"direct": engine, "fy-sockfilter": filtered, "haproxy": hap, "floor": floor}
         for path in arms.values():
             for _ in range(300):
                 if os.path.exists(path):
@@ -183,18 +190,20 @@ def main():
         per_round = {arm: {k: [] for k in kinds} for arm in arms}  # each round's p50
         names = list(arms)
         batch = max(1, a.batch)
-        cpu0 = {"fy-sockfilter": cpu_ns(flt.pid), "haproxy": cpu_ns(hap_p.pid)}
+        procs_of = {"fy-sockfilter": flt, "haproxy": hap_p, "floor": floor_p}
+        cpu0 = {arm: cpu_ns(p.pid) for arm, p in procs_of.items()}
         for rnd in range(a.rounds):
             conns = {arm: Conn(arms[arm]) for arm in names}
             got = {arm: {k: [] for k in kinds} for arm in names}
             for kind, (method, path, body, want, n) in kinds.items():
                 # The arms take turns every `batch` requests (the order
                 # rotating), so a burst of load on the machine falls on all
-                # three alike.
+                # arms alike.
                 done, turn = 0, 0
                 while done < n:
                     step = min(batch if kind != "create" else 1, n - done)
-                    order = names[turn % 3:] + names[:turn % 3]
+                    k = turn % len(names)
+                    order = names[k:] + names[:k]
                     for arm in order:
                         for _ in range(step):
                             ns, st, rb = conns[arm].request(method, path, body)
@@ -217,13 +226,12 @@ def main():
         # The proxies' own CPU per request (not their latency: what they
         # spend, whatever the machine's load does to the wake-ups).
         nreq = sum(len(samples["direct"][k]) for k in kinds)
-        cpu = {arm: (cpu_ns(p.pid) - cpu0[arm]) / nreq / 1000
-               for arm, p in (("fy-sockfilter", flt), ("haproxy", hap_p))}
+        cpu = {arm: (cpu_ns(p.pid) - cpu0[arm]) / nreq / 1000 for arm, p in procs_of.items()}
         result = {"cpu_us_per_request": cpu}
-        print("CPU per request (all kinds, %d requests per arm): fy-sockfilter %.1f us, haproxy %.1f us"
-              % (nreq, cpu["fy-sockfilter"], cpu["haproxy"]))
-        print("%-14s %-7s %10s %10s %10s %10s" % ("arm", "request", "p50 us", "p90 us", "vs direct",
-                                                  "vs haproxy"))
+        print("CPU per request (all kinds, %d requests per arm): %s"
+              % (nreq, ", ".join("%s %.1f us" % (arm, us) for arm, us in cpu.items())))
+        print("%-14s %-7s %10s %10s %10s %10s %10s" % ("arm", "request", "p50 us", "p90 us", "vs direct",
+                                                       "vs haproxy", "vs floor"))
         print("  (p50, p90: over all requests; the ratios: the median over rounds of each round's "
               "p50 ratio)")
         for kind in kinds:
@@ -233,11 +241,13 @@ def main():
                 p90 = xs[int(len(xs) * 0.9)]
                 vs_d = statistics.median(x / d for x, d in zip(per_round[arm][kind], per_round["direct"][kind]))
                 vs_h = statistics.median(x / h for x, h in zip(per_round[arm][kind], per_round["haproxy"][kind]))
+                vs_f = statistics.median(x / f for x, f in zip(per_round[arm][kind], per_round["floor"][kind]))
                 result.setdefault(arm, {})[kind] = {
                     "p50_us": p50 / 1000, "p90_us": p90 / 1000, "n": len(xs),
-                    "p50_vs_direct": vs_d, "p50_vs_haproxy": vs_h,
+                    "p50_vs_direct": vs_d, "p50_vs_haproxy": vs_h, "p50_vs_floor": vs_f,
                     "round_p50_us": [x / 1000 for x in per_round[arm][kind]]}
-                print("%-14s %-7s %10.1f %10.1f %9.3fx %9.3fx" % (arm, kind, p50 / 1000, p90 / 1000, vs_d, vs_h))
+                print("%-14s %-7s %10.1f %10.1f %9.3fx %9.3fx %9.3fx"
+                      % (arm, kind, p50 / 1000, p90 / 1000, vs_d, vs_h, vs_f))
         if a.json:
             with open(a.json, "w") as f:
                 json.dump(result, f, indent=1)
