@@ -361,6 +361,73 @@ class Boot(unittest.TestCase):
         with open(os.path.join(up, "fy", "dnsfwd.toml")) as f:
             self.assertEqual(f.read(), conf)
 
+    def bridge_boot(self, env):
+        """Boots with the DNS forwarder, then (in the boot's mount namespace,
+        where the stub's fy-dnsfwd runs) binds a bridge namespace with one
+        container behind it at podman 5's rootless-netns path, as rootless
+        podman does at its first bridge container. Returns (ctr ns, the
+        daemon's output so far)."""
+        import dnsnet as d
+        ns = n.netns("bootbr")
+        n.veth(ns, ["192.0.2.1/24"], n.netns("bootbrdns"), ["192.0.2.53/24"])
+        br, ctr = n.netns("bootrl"), n.netns("bootrlctr")
+        n.veth(ctr, [f"{d.CTR}/24"], br, [f"{d.BRIDGE_GW}/24"])
+        n.sh("ip", "-n", ctr, "route", "add", "default", "via", d.BRIDGE_GW)
+        # Something living in the bridge namespace, so the boot's mount
+        # namespace (its /run a tmpfs of its own) can name it by /proc.
+        holder = subprocess.Popen(n.nsexec(br, "sleep", "600"))
+        n.on_cleanup(lambda: (holder.kill(), holder.wait()), "the bridge namespace's holder")
+        path5 = "/run/user/$(id -u fywalice)/containers/networks/rootless-netns"
+        then = (f"mkdir -p {path5} && touch {path5}/rootless-netns && "
+                f"mount --bind /proc/{holder.pid}/ns/net {path5}/rootless-netns")
+        r = self.boot(ns, env, then=then)
+        self.assertEqual(r.returncode, 0, r.stderr + self.log)
+        return ctr, br
+
+    def daemon_out(self):
+        with open(os.path.join(self.rig.tmp, "units-pids", "fy-dnsfwd.service.out")) as f:
+            return f.read()
+
+    def test_the_dns_forwarder_follows_the_rootless_bridge_namespace_at_both_podman_paths(self):
+        """FY_WALL_DNSFWD=1 also writes a listener for the VM user's rootless
+        bridge namespace, followed at podman 4's path and podman 5's: a
+        container behind a bridge namespace bound at podman 5's path asking
+        its gateway's :53 meets fy-dnsfwd (REFUSED: the allow list is empty),
+        the redirect installed in that namespace. Control: FY_DNSFWD_BRIDGE=0
+        (the snippet as it was) leaves the container's query unanswered and
+        no redirect there."""
+        import dnsnet as d
+        ctr, br = self.bridge_boot(DNSFWD)
+        up = os.path.join(self.rig.tmp, "upper")
+        with open(os.path.join(up, "fy", "dnsfwd.toml")) as f:
+            conf = f.read()
+        self.assertIn('name = "bridge"\nfollow = true\n', conf)
+        self.assertIn('name = "bridge5"\nfollow = true\n', conf)
+        self.assertRegex(conf, r'netns = "/run/user/\d+/netns/rootless-netns"\n')
+        deadline = time.monotonic() + 10
+        while "following the namespace" not in self.daemon_out() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        out = self.daemon_out()
+        self.assertRegex(out, r"waiting for the namespace /run/user/\d+/netns/rootless-netns")
+        self.assertRegex(out, r"following the namespace /run/user/\d+/containers/networks/"
+                              r"rootless-netns/rootless-netns")
+        rules = n.in_ns(br, "nft", "list", "table", "ip", "fy_dnsfwd_redirect").stdout
+        self.assertIn("udp dport 53 redirect to :5353", rules)
+        q = d.dnsprobe(ctr, 0, "query", d.BRIDGE_GW, "github.com", "--timeout", "2")
+        self.assertEqual(q.get("rcodes"), {"5": 1}, f"{q}\n{self.daemon_out()}")
+
+    def test_control_without_the_bridge_listener_a_bridge_container_is_not_answered(self):
+        import dnsnet as d
+        ctr, br = self.bridge_boot(DNSFWD + " FY_DNSFWD_BRIDGE=0")
+        up = os.path.join(self.rig.tmp, "upper")
+        with open(os.path.join(up, "fy", "dnsfwd.toml")) as f:
+            self.assertNotIn("rootless-netns", f.read())
+        time.sleep(0.5)  # a followed listener would have opened by now (it polls every 100 ms)
+        r = n.in_ns(br, "nft", "list", "table", "ip", "fy_dnsfwd_redirect", check=False)
+        self.assertNotEqual(r.returncode, 0, r.stdout)
+        q = d.dnsprobe(ctr, 0, "query", d.BRIDGE_GW, "github.com", "--timeout", "2")
+        self.assertFalse(q.get("rcodes"), f"{q}\n{self.daemon_out()}")
+
     def test_unit_files_verify(self):
         script = f"""
 set -e

@@ -15,6 +15,9 @@
 #   FY_DNSFWD_BIN    fy-dnsfwd (default /usr/libexec/fy/fy-dnsfwd, its unit's)
 #   FY_DNSFWD_UNIT   its unit file (default $FY_WALL_UNITS/fy-dnsfwd.service;
 #                    in the source tree wall/dnsfwd/exe/fy-dnsfwd.service)
+#   FY_DNSFWD_BRIDGE 1: also a listener in the VM user's rootless bridge
+#                    namespace, followed at podman 4's and podman 5's paths
+#                    (default 1; 0 for the VM's namespace only)
 #   FY_WALL_UNITS    where the unit files are (default: beside this script)
 set -eu
 install -d -m0755 /run/fy-wall /etc/fy-wall
@@ -30,6 +33,7 @@ guard=${FY_WALL_GUARD:-0}
 dnsfwd=${FY_WALL_DNSFWD:-0}
 dnsfwd_bin=${FY_DNSFWD_BIN:-/usr/libexec/fy/fy-dnsfwd}
 dnsfwd_unit=${FY_DNSFWD_UNIT:-$units/fy-dnsfwd.service}
+dnsfwd_bridge=${FY_DNSFWD_BRIDGE:-1}
 
 quoted_ports=$(printf '%s' "$ports" | sed 's/[[:space:]]//g; s/,/", "/g')
 umask 022
@@ -75,11 +79,35 @@ allow_file = "/etc/fy/dnsfwd-allow.txt"
 log = "-"
 
 [[listen]]
-# The VM's own namespace: where the machine wall's redirect sends :53. (No
-# bridge listener: this snippet does not know the rootless bridge namespace.)
+# The VM's own namespace: where the machine wall's redirect sends :53.
 address = "127.42.0.53"
 name = "vm"
 EOT
+  if [ "$dnsfwd_bridge" = 1 ]; then
+    # The rootless bridge namespace, followed: it exists only while the VM
+    # user has a container on a bridge network, and it is made again after
+    # the last. Podman 4 binds it at the first path, podman 5 at the second;
+    # only one ever exists, and each listener waits for its own. Each
+    # namespace found there gets its listener and its :53 redirect (to the
+    # bridge gateway's address on 5353), so the log names the container by
+    # its address. Until then a container's DNS leaves as the VM user's and
+    # meets the VM's redirect above: judged, never unjudged.
+    vm_uid=$(id -u "$user")
+    cat >>/etc/fy/dnsfwd.toml.tmp <<EOT
+
+[[listen]]
+address = "0.0.0.0:5353"
+netns = "/run/user/$vm_uid/netns/rootless-netns"
+name = "bridge"
+follow = true
+
+[[listen]]
+address = "0.0.0.0:5353"
+netns = "/run/user/$vm_uid/containers/networks/rootless-netns/rootless-netns"
+name = "bridge5"
+follow = true
+EOT
+  fi
   if ! "$dnsfwd_bin" --check --config /etc/fy/dnsfwd.toml.tmp; then
     echo "✗ the DNS forwarder's config (upstream $dns_upstream) is refused: see above" >&2
     exit 1
