@@ -430,6 +430,40 @@ class DnsForwarder(unittest.TestCase):
             text = d.stop_dnsfwd(p, err)
         self.assertIn("upstream-tcp 7", text)
 
+    def test_max_pending_counts_udp_and_tcp_queries_together(self):
+        """max_pending bounds what is upstream at once whatever the protocol:
+        with max_pending = 1 and a TCP query held upstream, a UDP query is
+        `overloaded` at once (a table per protocol would forward it, and the
+        stand-in's closed UDP port would make it `upstream-error`); once the
+        held one times out, the next UDP query goes upstream again."""
+        port = 5302
+        d.Stand(self.t.host, "tcpbad", d.RESOLVER, str(port))
+        cfg = self.t.dnsfwd_config(upstream=f"{d.RESOLVER}:{port}", timeout_ms=3000,
+                                   listen=[("127.42.0.59", "", "mixed")],
+                                   extra="max_pending = 1\n")
+        p, log, err = self.t.start_dnsfwd(cfg)
+        try:
+            cmd = n.nsexec(self.t.guest, n.PY, d.DNSPROBE, "query", "127.42.0.59",
+                           "hang.github.com", "--tcp", "--timeout", "6")
+            q = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, text=True)
+            time.sleep(0.5)  # the held query upstream (it stays there 3 s)
+            r = d.dnsprobe(self.t.guest, 0, "query", "127.42.0.59", "udp.github.com",
+                           "--timeout", "2")
+            self.assertEqual(r["rcodes"], {"2": 1}, r)
+            verdicts = {l["name"]: l["verdict"] for l in d.read_log(log)}
+            self.assertEqual(verdicts.get("udp.github.com"), "overloaded", verdicts)
+            out, _ = q.communicate(timeout=10)
+            r = json.loads(out.strip().splitlines()[-1])
+            self.assertEqual(r["rcodes"], {"2": 1}, r)
+            verdicts = {l["name"]: l["verdict"] for l in d.read_log(log)}
+            self.assertEqual(verdicts["hang.github.com"], "upstream-timeout", verdicts)
+            r = d.dnsprobe(self.t.guest, 0, "query", "127.42.0.59", "udp2.github.com",
+                           "--timeout", "4")
+            verdicts = {l["name"]: l["verdict"] for l in d.read_log(log)}
+            self.assertNotEqual(verdicts.get("udp2.github.com"), "overloaded", (verdicts, r))
+        finally:
+            d.stop_dnsfwd(p, err)
+
     def test_an_upstream_that_refuses_gives_servfail_at_once(self):
         # 192.168.5.2 is up, with nothing on 53: ICMP port unreachable
         cfg = self.t.dnsfwd_config(upstream="192.168.5.2", listen=[("127.42.0.56", "", "icmp")],
