@@ -19,7 +19,9 @@ Latency: alternating rounds, each --queries sequential A queries for an
 allowed name: direct (root in the guest asks the resolver; root is not
 redirected) and via (the walled user asks the same address; the wall
 redirects it to fy-dnsfwd, which asks the resolver). p50 per round; the
-figure is the median over rounds of via - direct.
+figure is the median over rounds of via - direct. Over UDP with log_uid on
+and off, then over TCP (one connection per round, all its queries on it;
+fy-dnsfwd asks the resolver over TCP, one upstream connection per query).
 """
 import argparse
 import json
@@ -50,9 +52,9 @@ def channel(t, seconds, label):
     return out
 
 
-def p50(ns, uid, count):
+def p50(ns, uid, count, tcp=False):
     r = d.dnsprobe(ns, uid, "query", d.RESOLVER, "bench.github.com", "--count", count,
-                   "--keep-lat", timeout=120)
+                   "--keep-lat", *(["--tcp"] if tcp else []), timeout=120)
     assert r["answered"] == count, r
     return statistics.median(r["lat_us"])
 
@@ -81,30 +83,32 @@ def main():
                                                         "the rate bound alone"))
         p.terminate()
         p.wait(timeout=10)
-        for log_uid in ("true", "false"):
+        for proto, log_uid in (("udp", "true"), ("udp", "false"), ("tcp", "true")):
+            tcp = proto == "tcp"
             p, _, _ = t.start_dnsfwd(t.dnsfwd_config(rate=100000, burst=100000,
                                                      extra=f"log_uid = {log_uid}\n"))
             direct, via = [], []
-            p50(t.guest, 0, 50)  # warm
-            p50(t.guest, n.WALLED_UID, 50)
+            p50(t.guest, 0, 50, tcp)  # warm
+            p50(t.guest, n.WALLED_UID, 50, tcp)
             for i in range(a.rounds):
                 for which in (("direct", "via") if i % 2 == 0 else ("via", "direct")):
                     if which == "direct":
-                        direct.append(p50(t.guest, 0, a.queries))
+                        direct.append(p50(t.guest, 0, a.queries, tcp))
                     else:
-                        via.append(p50(t.guest, n.WALLED_UID, a.queries))
+                        via.append(p50(t.guest, n.WALLED_UID, a.queries, tcp))
             diffs = [v - dd for v, dd in zip(via, direct)]
-            lat = {"log_uid": log_uid, "rounds": a.rounds, "queries_per_round": a.queries,
+            lat = {"proto": proto, "log_uid": log_uid, "rounds": a.rounds,
+                   "queries_per_round": a.queries,
                    "direct_p50_us": [round(x, 1) for x in direct],
                    "via_p50_us": [round(x, 1) for x in via],
                    "median_direct_p50_us": round(statistics.median(direct), 1),
                    "median_via_p50_us": round(statistics.median(via), 1),
                    "added_p50_ms": round(statistics.median(diffs) / 1000, 3),
                    "ratio": round(statistics.median(via) / statistics.median(direct), 3)}
-            results["latency"][log_uid] = lat
+            results["latency"][f"{proto}/{log_uid}"] = lat
             print(json.dumps(lat), flush=True)
             ok = lat["added_p50_ms"] <= 0.2
-            print(f"log_uid {log_uid}: added p50 latency {lat['added_p50_ms']} ms: "
+            print(f"{proto}, log_uid {log_uid}: added p50 latency {lat['added_p50_ms']} ms: "
                   f"{'within' if ok else 'OVER'} the 0.2 ms target", flush=True)
             p.terminate()
             p.wait(timeout=10)

@@ -23,7 +23,10 @@ few bytes they need are built here).
                                    answer), "close" (FIN, no answer), "zero" (a
                                    zero length prefix), "garbage" (64 bytes, not
                                    the query's id), "otherq" (a response to
-                                   another question), "hang" (nothing, held open);
+                                   another question), "hang" (nothing, held open),
+                                   "drop2" (answered, then the connection closed
+                                   under the next query, unanswered: an idle close
+                                   crossing a reused connection's query);
                                    prints {"name", "from"} for each
 
   dnsserve.py slow ADDR PORT SECS  the authoritative answers, on UDP ADDR:PORT only,
@@ -187,6 +190,10 @@ def serve_tcpbad(addr, port):
             elif how == "hang":
                 held.append(c)
                 return
+            elif how == "drop2":
+                a, _, _ = auth_answer(m)
+                c.sendall(struct.pack("!H", len(a)) + a)
+                c.recv(65536)  # the next query: closed under it
             c.close()
         except OSError:
             pass

@@ -430,6 +430,50 @@ class DnsForwarder(unittest.TestCase):
             text = d.stop_dnsfwd(p, err)
         self.assertIn("upstream-tcp 7", text)
 
+    def test_a_tcp_clients_queries_share_one_upstream_connection(self):
+        """A TCP client's queries go upstream on one TCP connection of their
+        own (RFC 7766 reuse), not one connection per query: the resolver sees
+        one connection carrying all five, each answered and logged."""
+        cfg = self.t.dnsfwd_config(listen=[("127.42.0.60", "", "reuse")], rate=1000, burst=1000)
+        p, log, err = self.t.start_dnsfwd(cfg)
+        try:
+            before = self.t.resolver.records()
+            r = d.dnsprobe(self.t.guest, 0, "query", "127.42.0.60", "reuse.github.com", "--tcp",
+                           "--count", "5")
+            self.assertEqual(r["rcodes"], {"0": 5}, r)
+            time.sleep(0.2)
+            new = self.t.resolver.records()[len(before):]
+            conns = [x for x in new if "conn" in x]
+            msgs = [x for x in new if "tcpmsg" in x]
+            self.assertEqual(len(conns), 1, new)
+            self.assertEqual(len(msgs), 5, new)
+            rows = [l for l in d.read_log(log) if l.get("name") == "reuse.github.com"]
+            self.assertEqual([(l["proto"], l["verdict"]) for l in rows], [("tcp", "forwarded")] * 5)
+        finally:
+            text = d.stop_dnsfwd(p, err)
+        self.assertIn("upstream-tcp 5", text)
+
+    def test_a_reused_connection_closed_under_a_query_sends_it_again(self):
+        """The upstream closes a reused connection under its next query (its
+        idle close crossing the query): the query is sent once more on a fresh
+        connection and answered, not SERVFAIL. The stand-in answers each
+        connection's first query and closes under the second."""
+        port = 5303
+        stand = d.Stand(self.t.host, "tcpbad", d.RESOLVER, str(port))
+        cfg = self.t.dnsfwd_config(upstream=f"{d.RESOLVER}:{port}", timeout_ms=3000,
+                                   listen=[("127.42.0.61", "", "drop2")], rate=1000, burst=1000)
+        p, log, err = self.t.start_dnsfwd(cfg)
+        try:
+            r = d.dnsprobe(self.t.guest, 0, "query", "127.42.0.61", "drop2.github.com", "--tcp",
+                           "--count", "2", "--timeout", "3")
+            self.assertEqual(r["rcodes"], {"0": 2}, r)
+            rows = [l for l in d.read_log(log) if l.get("name") == "drop2.github.com"]
+            self.assertEqual([l["verdict"] for l in rows], ["forwarded"] * 2, rows)
+            time.sleep(0.2)
+            self.assertEqual(len({x["from"] for x in stand.records()}), 2, stand.records())
+        finally:
+            d.stop_dnsfwd(p, err)
+
     def test_max_pending_counts_udp_and_tcp_queries_together(self):
         """max_pending bounds what is upstream at once whatever the protocol:
         with max_pending = 1 and a TCP query held upstream, a UDP query is

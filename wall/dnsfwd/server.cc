@@ -1,5 +1,6 @@
 #include "wall/dnsfwd/server.h"
 
+#include <algorithm>
 #include <fcntl.h>
 #include <linux/netfilter_ipv4.h>
 #include <netinet/in.h>
@@ -10,6 +11,7 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cassert>
 #include <cerrno>
 #include <cstring>
@@ -57,19 +59,30 @@ struct Server::TcpClient {
   sockaddr_storage peer{};
   sockaddr_storage orig_dst{};  // where the client connected, before the wall's DNAT
   int inflight = 0;
+  UpConn* up = nullptr;  // the connection upstream its queries go on (not owned; see UpConn)
   uv::CloseCounter closes;
   bool closing = false;
   uint8_t rbuf[4096];
 };
 
-// A query's own TCP connection upstream: connect, one framed query, one
-// framed answer (read through a TcpFramer), closed with its query.
+// A TCP connection upstream, carrying the queries of one client connection
+// (RFC 7766's reuse and pipelining: each query framed, answers matched by
+// their id, in any order). It is open while its client is (`owner`) or while
+// it carries a query (`ids`); close_upconn() is called once neither holds.
+// A connection that fails, or has a query time out, is retired: detached from
+// its owner (the client's next query opens a new one), its other queries
+// carried on or failed, and closed when it carries none.
 struct Server::UpConn {
   Server* srv = nullptr;
-  uint16_t id = 0;  // its query's key in pending_ (valid until closing)
+  TcpClient* owner = nullptr;  // null once retired or its client has closed
+  size_t upstream = 0;
+  std::vector<uint16_t> ids;    // the queries it carries: keys in pending_
+  std::vector<uint16_t> stale;  // its queries that timed out: a late answer is dropped
   uv_tcp_t tcp{};
   uv_connect_t connect{};
   TcpFramer framer{kTcpAnswerMax};
+  uint64_t answered = 0;  // answers it carried: a reused connection once > 0
+  bool connected = false;
   bool closing = false;
 };
 
@@ -77,6 +90,7 @@ struct Server::Pending {
   Listener* l = nullptr;
   bool tcp = false;  // asked over TCP, so upstream over TCP too (`up`)
   UpConn* up = nullptr;
+  bool resent = false;  // sent again on a fresh connection once (a reused one closed under it)
   sockaddr_storage client{};
   uint64_t conn = 0;
   uint16_t client_id = 0;
@@ -522,50 +536,67 @@ void Server::handle(Listener* l, bool tcp, const sockaddr* from, TcpClient* c,
   // Asked while the query is upstream: the loop waits for the answer anyway.
   p.uid = asker_uid(l, tcp, from, c);
   auto it = pending_.emplace(id, std::move(p)).first;
-  if (tcp) upstream_tcp(it);  // may answer SERVFAIL at once (a connect that fails now)
+  if (tcp) upstream_tcp(it, c);  // may answer SERVFAIL at once (a connect that fails now)
 }
 
-void Server::upstream_tcp(PendingIt it) {
+void Server::upstream_tcp(PendingIt it, TcpClient* client) {
   Pending& p = it->second;
-  Upstream* u = upstreams_[p.upstream].get();
-  auto* c = new UpConn;
-  c->srv = this;
-  c->id = it->first;
-  uv_tcp_init(loop_, &c->tcp);  // no socket yet: the connect makes it, in this (the daemon's) namespace
-  c->tcp.data = c;
-  c->connect.data = c;
-  p.up = c;
-  ++stats_.upstream_tcp;
-  sockaddr_storage ss{};
-  socklen_t len = 0;
-  make_sockaddr(u->addr.host, u->addr.port, &ss, &len);  // checked when the config was read
-  int rc = uv_tcp_connect(&c->connect, &c->tcp, reinterpret_cast<sockaddr*>(&ss),
-                          [](uv_connect_t* r, int st) {
-                            auto* uc = static_cast<UpConn*>(r->data);
-                            uc->srv->on_upconn_connect(uc, st);
-                          });
-  if (rc != 0) upconn_failed(it, fmt::format("connecting over tcp: {}", uv::error_string(rc)));
+  UpConn* c = client ? client->up : nullptr;
+  if (c == nullptr) {
+    c = new UpConn;
+    c->srv = this;
+    c->upstream = p.upstream;
+    c->owner = client;
+    if (client) client->up = c;
+    uv_tcp_init(loop_, &c->tcp);  // no socket yet: the connect makes it, in this (the daemon's) namespace
+    c->tcp.data = c;
+    c->connect.data = c;
+    Upstream* u = upstreams_[c->upstream].get();
+    sockaddr_storage ss{};
+    socklen_t len = 0;
+    make_sockaddr(u->addr.host, u->addr.port, &ss, &len);  // checked when the config was read
+    int rc = uv_tcp_connect(&c->connect, &c->tcp, reinterpret_cast<sockaddr*>(&ss),
+                            [](uv_connect_t* r, int st) {
+                              auto* uc = static_cast<UpConn*>(r->data);
+                              uc->srv->on_upconn_connect(uc, st);
+                            });
+    if (rc != 0) {
+      carry(c, it);
+      upconn_failed(c, "upstream-error", fmt::format("connecting over tcp: {}", uv::error_string(rc)));
+      return;
+    }
+  }
+  carry(c, it);
+  if (c->connected) {
+    int rc = write_framed(reinterpret_cast<uv_stream_t*>(&c->tcp), p.sent);
+    if (rc != 0) upconn_failed(c, "upstream-error", fmt::format("sending over tcp: {}", uv::error_string(rc)));
+  }
 }
 
-Server::PendingIt Server::query_of(UpConn* c) {
-  if (c->closing) return pending_.end();
-  auto it = pending_.find(c->id);
-  return it != pending_.end() && it->second.up == c ? it : pending_.end();
+void Server::carry(UpConn* c, PendingIt it) {
+  it->second.up = c;
+  it->second.upstream = c->upstream;
+  c->ids.push_back(it->first);
+  ++stats_.upstream_tcp;
 }
 
 void Server::on_upconn_connect(UpConn* c, int status) {
-  auto it = query_of(c);
-  if (it == pending_.end()) return;  // closed meanwhile (UV_ECANCELED)
+  if (c->closing) return;  // closed meanwhile (UV_ECANCELED)
   if (status != 0) {
-    upconn_failed(it, fmt::format("connecting over tcp: {}", uv::error_string(status)));
+    upconn_failed(c, "upstream-error", fmt::format("connecting over tcp: {}", uv::error_string(status)));
     return;
   }
-  int rc = write_framed(reinterpret_cast<uv_stream_t*>(&c->tcp), it->second.sent);
-  if (rc != 0) {
-    upconn_failed(it, fmt::format("sending over tcp: {}", uv::error_string(rc)));
-    return;
+  c->connected = true;
+  // What was asked while it connected, in order.
+  const std::vector<uint16_t> ids = c->ids;
+  for (uint16_t id : ids) {
+    int rc = write_framed(reinterpret_cast<uv_stream_t*>(&c->tcp), pending_.at(id).sent);
+    if (rc != 0) {
+      upconn_failed(c, "upstream-error", fmt::format("sending over tcp: {}", uv::error_string(rc)));
+      return;
+    }
   }
-  rc = uv_read_start(
+  int rc = uv_read_start(
       reinterpret_cast<uv_stream_t*>(&c->tcp),
       [](uv_handle_t* h, size_t, uv_buf_t* b) {
         auto* s = static_cast<UpConn*>(h->data)->srv;
@@ -575,52 +606,94 @@ void Server::on_upconn_connect(UpConn* c, int status) {
         auto* uc = static_cast<UpConn*>(s->data);
         uc->srv->on_upconn_read(uc, n, b);
       });
-  if (rc != 0) upconn_failed(it, fmt::format("reading over tcp: {}", uv::error_string(rc)));
+  if (rc != 0) upconn_failed(c, "upstream-error", fmt::format("reading over tcp: {}", uv::error_string(rc)));
 }
 
 void Server::on_upconn_read(UpConn* c, ssize_t n, const uv_buf_t* buf) {
-  auto it = query_of(c);
-  if (it == pending_.end() || n == 0) return;
+  if (c->closing || n == 0) return;
   if (n < 0) {
-    upconn_failed(it, n == UV_EOF ? std::string("the upstream closed the TCP connection before "
-                                                "its answer")
-                                  : fmt::format("reading over tcp: {}",
-                                                uv::error_string(static_cast<int>(n))));
+    if (c->ids.empty()) {  // the upstream closed an idle connection: the next query opens another
+      retire_upconn(c);
+      close_upconn(c);
+      return;
+    }
+    upconn_failed(c, "upstream-error",
+                  n == UV_EOF ? std::string("the upstream closed the TCP connection before its answer")
+                              : fmt::format("reading over tcp: {}", uv::error_string(static_cast<int>(n))));
     return;
   }
   auto fed = c->framer.feed({reinterpret_cast<const uint8_t*>(buf->base), static_cast<size_t>(n)});
   if (!fed) {
-    ++stats_.upstream_bad;
-    servfail(it, "upstream-bad", fmt::format("its TCP framing: {}", fed.error().message));
+    upconn_failed(c, "upstream-bad", fmt::format("its TCP framing: {}", fed.error().message));
     return;
   }
-  std::span<const uint8_t> m = c->framer.next();
-  if (m.empty()) return;  // more to come
-  answer_from(it, m);
+  for (auto m = c->framer.next(); !m.empty() && !c->closing; m = c->framer.next()) {
+    const uint16_t id = m.size() >= 2 ? static_cast<uint16_t>((m[0] << 8) | m[1]) : 0;
+    auto live = std::find(c->ids.begin(), c->ids.end(), id);
+    if (live != c->ids.end()) {
+      ++c->answered;
+      answer_from(pending_.find(id), m);
+    } else if (std::find(c->stale.begin(), c->stale.end(), id) != c->stale.end()) {
+      continue;  // the late answer to a query that timed out
+    } else if (c->ids.size() == 1) {
+      retire_upconn(c);  // its framing may be lost: closed with this query
+      answer_from(pending_.find(c->ids.front()), m);  // check_response says how it differs
+    } else {
+      upconn_failed(c, "upstream-bad", "an answer's id is none of the connection's queries");
+      return;
+    }
+  }
 }
 
-void Server::upconn_failed(PendingIt it, const std::string& why) {
-  ++stats_.upstream_bad;
-  Upstream* u = upstreams_[it->second.upstream].get();
+void Server::retire_upconn(UpConn* c) {
+  if (c->owner && c->owner->up == c) c->owner->up = nullptr;
+  c->owner = nullptr;
+}
+
+void Server::upconn_failed(UpConn* c, const char* verdict, const std::string& why) {
+  retire_upconn(c);
+  Upstream* u = upstreams_[c->upstream].get();
   const uint64_t now = mono_ms();
-  if (now - u->failures_logged_ms >= 1000) {
-    u->failures_logged_ms = now;
-    log::error("upstream {}: {} — check the VM's resolver (resolv.conf, Lima's "
-               "192.168.5.3) serves TCP; clients get SERVFAIL meanwhile", u->text, why);
+  // A reused connection the upstream closed under its queries (its idle
+  // close crossing them): each is sent once more, on a fresh connection.
+  const bool resend = c->answered > 0 && std::strcmp(verdict, "upstream-error") == 0;
+  const std::vector<uint16_t> ids = c->ids;
+  for (uint16_t id : ids) {
+    auto it = pending_.find(id);
+    Pending& p = it->second;
+    if (resend && !p.resent) {
+      p.resent = true;
+      c->ids.erase(std::find(c->ids.begin(), c->ids.end(), id));
+      auto ci = clients_.find(p.conn);
+      upstream_tcp(it, ci != clients_.end() ? ci->second : nullptr);
+      continue;
+    }
+    ++stats_.upstream_bad;
+    if (now - u->failures_logged_ms >= 1000) {
+      u->failures_logged_ms = now;
+      log::error("upstream {}: {} — check the VM's resolver (resolv.conf, Lima's "
+                 "192.168.5.3) serves TCP; clients get SERVFAIL meanwhile", u->text, why);
+    }
+    servfail(it, verdict, why);
   }
-  servfail(it, "upstream-error", why);
+  close_upconn(c);
 }
 
 void Server::close_upconn(UpConn* c) {
   if (c->closing) return;
   c->closing = true;
+  retire_upconn(c);
   // A connect or write still under way is called back (UV_ECANCELED) before this.
   uv_close(reinterpret_cast<uv_handle_t*>(&c->tcp),
            [](uv_handle_t* h) { delete static_cast<UpConn*>(h->data); });
 }
 
 Server::PendingIt Server::erase_pending(PendingIt it) {
-  if (it->second.up) close_upconn(it->second.up);
+  if (UpConn* c = it->second.up) {
+    auto at = std::find(c->ids.begin(), c->ids.end(), it->first);
+    if (at != c->ids.end()) c->ids.erase(at);
+    if (c->ids.empty() && c->owner == nullptr) close_upconn(c);
+  }
   return pending_.erase(it);
 }
 
@@ -801,6 +874,10 @@ void Server::close_client(TcpClient* c) {
   if (c->closing) return;
   c->closing = true;
   clients_.erase(c->id);
+  if (UpConn* u = c->up) {  // its queries upstream carry on (answered into the void, or time out)
+    retire_upconn(u);
+    if (u->ids.empty()) close_upconn(u);
+  }
   auto done = [](uv_handle_t* h) {
     auto* cl = static_cast<TcpClient*>(h->data);
     if (cl->closes.finished_one()) delete cl;
@@ -839,6 +916,10 @@ void Server::sweep() {
       log::error("upstream {} did not answer within {} ms — check the VM's resolver "
                  "(resolv.conf, Lima's 192.168.5.3); clients get SERVFAIL meanwhile",
                  u->text, cfg_.timeout_ms);
+    }
+    if (UpConn* c = p.up) {  // a connection that let a query time out takes no more
+      retire_upconn(c);
+      c->stale.push_back(it->first);
     }
     it = servfail(it, "upstream-timeout", fmt::format("no answer within {} ms", cfg_.timeout_ms));
   }

@@ -2,16 +2,18 @@
 // names), one connected upstream UDP socket per upstream address in the
 // daemon's own namespace, and the table of queries upstream. A query that
 // arrived over UDP goes upstream over UDP; one that arrived over TCP goes
-// upstream over a TCP connection of its own (UpConn), made from the daemon's
-// own namespace too, one query on it and closed with its answer. Both kinds
-// are in the same table, under the same max_pending and timeout_ms. Every
+// upstream over TCP, on the connection upstream of the client's connection
+// (UpConn: one per client connection, made from the daemon's own namespace
+// too, its queries pipelined and matched by id). Both kinds are in the same
+// table, under the same max_pending and timeout_ms. Every
 // decision is judge.h's; this file only moves bytes and writes the log.
 //
 // Ownership: the Server owns its listeners and upstream sockets by value
 // (in heap objects it keeps until destruction) and each TcpClient, which it
-// frees in the client's last close callback. An UpConn belongs to its query
-// (Pending::up): it is closed by close_upconn() when the query leaves the
-// table (erase_pending(), the one way out), and freed in its close callback.
+// frees in the client's last close callback. An UpConn is open while its
+// client connection is, or while it carries a query (Pending::up); when
+// neither holds (erase_pending(), close_client(), a failure) close_upconn(),
+// its one close point, closes it, and it is freed in its close callback.
 // close() starts closing every handle; the caller runs the loop until it is
 // empty, then destroys the Server (the destructor asserts close() ran).
 #pragma once
@@ -84,16 +86,26 @@ class Server {
   void follow(Listener*& l);
   void on_udp(Listener* l, ssize_t n, const uv_buf_t* buf, const sockaddr* from, unsigned flags);
   void on_upstream(Upstream* u, ssize_t n, const uv_buf_t* buf, const sockaddr* from);
-  // The TCP upstream: a connection of its own for the query at `it`
-  // (handle() calls it once the query is in pending_).
-  void upstream_tcp(PendingIt it);
+  // The TCP upstream: the query at `it` goes on `client`'s connection
+  // upstream, made now if it has none (or none that takes more), else on a
+  // connection of its own (client null: gone). handle() calls it once the
+  // query is in pending_; it may answer SERVFAIL at once.
+  void upstream_tcp(PendingIt it, TcpClient* client);
+  // `c` carries the query at `it` (its id in c->ids, c in its Pending).
+  void carry(UpConn* c, PendingIt it);
   void on_upconn_connect(UpConn* c, int status);
   void on_upconn_read(UpConn* c, ssize_t n, const uv_buf_t* buf);
-  // The query `c` carries, or pending_.end() once it has none (closing).
-  PendingIt query_of(UpConn* c);
+  // Detaches `c` from its client: no new query goes on it.
+  void retire_upconn(UpConn* c);
+  // `c` failed (refused, reset, closed early, framing lost): its queries get
+  // SERVFAIL logged with `verdict` and `why` (a reused connection's are sent
+  // once more on a fresh one instead), a stderr line once a second per
+  // upstream, and it closes.
+  void upconn_failed(UpConn* c, const char* verdict, const std::string& why);
   // The one close point of an UpConn (freed in its close callback).
   void close_upconn(UpConn* c);
-  // Takes the query out of the table, closing its upstream connection.
+  // Takes the query out of the table; its upstream connection closes when
+  // that left it nothing to carry and no client.
   PendingIt erase_pending(PendingIt it);
   // The upstream's answer to the query at `it` (either path): checked
   // (check_response), logged, relayed or SERVFAIL; the query leaves the table.
@@ -101,9 +113,6 @@ class Server {
   // SERVFAIL for the query at `it`, logged with `verdict` and `why`; it
   // leaves the table.
   PendingIt servfail(PendingIt it, const char* verdict, const std::string& why);
-  // A TCP upstream's connection failed (refused, reset, closed early):
-  // SERVFAIL, and once a second per upstream a line on stderr.
-  void upconn_failed(PendingIt it, const std::string& why);
   void on_accept(Listener* l);
   void on_tcp_read(TcpClient* c, ssize_t n, const uv_buf_t* buf);
   void close_client(TcpClient* c);
