@@ -49,10 +49,13 @@ std::string qemu_mount_tag(size_t i) { return fmt::format("fym{}", i); }
 std::vector<std::string> qemu_argv(const QemuLaunch& l) {
   std::string net = fmt::format("user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:{}-:22", l.ssh_port);
   // cmd: a new relay per guest connection (qemu's tcp: form connects once, at
-  // start, and carries a single stream).
+  // start, and carries a single stream). Its log goes to /dev/null: qemu gives
+  // the command the guest's stream as stderr too, so socat's own error text
+  // (a host port nobody serves) would reach the guest as if the daemon said it;
+  // the guest sees the connection close, as a refused dial.
   for (int64_t lo : {l.port_base, l.port_base + 100})
     for (int64_t p = lo; p < lo + 90; ++p)
-      net += fmt::format(",guestfwd=tcp:{}:{}-cmd:socat - TCP:127.0.0.1:{}", l.gateway, p, p);
+      net += fmt::format(",guestfwd=tcp:{}:{}-cmd:socat -lf /dev/null - TCP:127.0.0.1:{}", l.gateway, p, p);
   std::vector<std::string> a = {"qemu-system-x86_64"};
   if (l.kvm) a.insert(a.end(), {"-enable-kvm", "-cpu", "host"});
   else a.insert(a.end(), {"-accel", "tcg,thread=multi", "-cpu", "max"});
