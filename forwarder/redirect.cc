@@ -19,8 +19,9 @@ const char* redirect_family(const Config& cfg) {
 
 std::string redirect_ruleset(const Config& cfg) {
   const char* fam = redirect_family(cfg);
-  std::string ports;
-  for (const PortRule& p : cfg.ports) ports += (ports.empty() ? "" : ", ") + std::to_string(p.port);
+  // One set for every port, a band as an interval ("41000-41089"): one rule
+  // whatever the number of ports.
+  const std::string ports = format_ports(cfg.ports, ", ");
   std::string to =
       wildcard(cfg.bridge.listen) ? std::string("redirect") : "dnat to " + cfg.bridge.listen;
   return fmt::format(

@@ -11,6 +11,8 @@
 //     }
 //   }
 //
+// (A port band is one interval of the set: `{ 41000-41089, 41100-41189 }`.)
+//
 // `redirect` sends a connection to the address of the interface it came in on
 // (the bridge's), which a wildcard listener holds; a listener bound to one
 // address gets `dnat to <that address>` instead. The family (ip, ip6) is the
