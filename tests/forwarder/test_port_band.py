@@ -13,11 +13,15 @@ there, stamped with its own address and bridge, verified by the Python and
 the C++ verifier; base+107 reaches a token service there unparsed and
 unstamped, byte for byte; a walled VM process dialling the VM listener's
 base+7 is stamped as the VM user; the redirect is one rule whose set holds
-the two bands as intervals; a port past the band is not listened on.
+the two bands as intervals; a port past the band is not listened on; the
+namespace torn down and re-made twice (the new listener made while the old
+one still holds its 360 sockets and spares), the band is served again.
 
 Fails against the forwarder before the band (a `ports` key was refused, so
 nothing started; and with the two `port` tables the provisioning wrote then,
-base+7 and base+107 had no listener).
+base+7 and base+107 had no listener), and the re-made namespace against the
+forwarder before install_redirect's own descriptor table (it aborted in
+libnftables: "bit out of range 0 - FD_SETSIZE on fd_set").
 """
 
 import errno
@@ -148,6 +152,27 @@ class PortBand(unittest.TestCase):
                      "print(s.connect_ex((%r,%d)))" % (VM_LISTEN, port)],
                     capture_output=True, text=True, timeout=30)
                 self.assertEqual(int(r.stdout) != errno.ECONNREFUSED, want, (port, r.stdout))
+
+    def test_f_the_band_survives_the_namespace_re_made(self):
+        # A new namespace's listener (180 ports x 2 workers) is made before the
+        # old one closes: past 1024 descriptors, where libnftables' select()
+        # on its socket aborted the forwarder when it installed the redirect.
+        t = RIG.topo
+        for cycle in range(2):
+            with self.subTest(cycle=cycle):
+                before = t.control("status").split("bridge=listening:netns=", 1)[1].split()[0]
+                t.destroy_rootless()
+                t.make_rootless()
+                status = t.wait_status(RIG.fwd, lambda s: "bridge=listening:netns=" in s and
+                                       s.split("bridge=listening:netns=", 1)[1].split()[0] != before,
+                                       timeout=10)
+                self.assertTrue(status.startswith("ok "), status)
+                target = "http://%s/band-refollow-%d" % (ORIGIN, cycle)
+                res = RIG.client(0, get(target), connect="%s:%d" % (GATEWAY, BASE + 7))[0]
+                self.assertTrue(res["ok"], res)
+                self.assertEqual(res["status"], 200, res)
+                self.assertEqual(row_for(RIG.extra[BASE + 7], target)[0]["stamp_status"], "valid")
+        self.assertTrue(RIG.fwd.alive(), RIG.fwd.log()[-2000:])
 
 
 if __name__ == "__main__":
