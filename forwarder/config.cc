@@ -108,8 +108,9 @@ Result<Config> parse_config(std::string_view text, const std::string& path) {
     uint32_t lo = 0, hi = 0;
     std::string key = has_range ? "ports" : "port";
     if (has_port && has_range) {
-      t.error("", "has both port and ports: give one port (port = 41000) or one range "
-                  "(ports = \"41000-41089\")");
+      t.error("",
+              "has both port and ports: give one port (port = 41000) or one range "
+              "(ports = \"41000-41089\")");
       t.type_of("port");
       t.type_of("ports");
     } else if (has_range) {

@@ -347,8 +347,9 @@ netns = "/run/user/1000/netns/rootless-netns"
   CHECK(redirect_ruleset(*c).find("ip daddr 192.168.5.2 tcp dport { 41000-41089, 41100-41189 } "
                                   "redirect\n") != std::string::npos);
   // A range of one and a single port mix; listed ports are sorted and runs merged.
-  auto mixed = parse_config(head + "[[port]]\nport = 42700\nstamp = false\n"
-                                   "[[port]]\nports = \"42600\"\n[[port]]\nport = 42601\n",
+  auto mixed = parse_config(head +
+                                "[[port]]\nport = 42700\nstamp = false\n"
+                                "[[port]]\nports = \"42600\"\n[[port]]\nport = 42601\n",
                             "m.toml");
   REQUIRE(mixed.ok());
   CHECK(format_ports(mixed->ports, ",") == "42600-42601,42700");
@@ -363,8 +364,7 @@ netns = "/run/user/1000/netns/rootless-netns"
   };
   // Overlapping bands: refused where the second one is given, naming the first.
   refused("[[port]]\nports = \"41000-41089\"\n[[port]]\nports = \"41080-41099\"\n",
-          "41080-41099 overlaps port 41080, already given at e.toml:8:",
-          "e.toml:10:");
+          "41080-41099 overlaps port 41080, already given at e.toml:8:", "e.toml:10:");
   // A port inside a range given before, and a range over a port given before.
   refused("[[port]]\nports = \"41000-41089\"\n[[port]]\nport = 41007\n",
           "is listed twice: 41007 is already given at e.toml:8:", "e.toml:10:");
