@@ -1,5 +1,6 @@
 #include "forwarder/config.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -21,6 +22,35 @@ Result<UidRange> parse_uid_range(std::string_view s) {
     return make_error(Errc::invalid_argument,
                       "'{}' is not a uid or an inclusive uid range like \"100000-165535\"", s);
   return UidRange{static_cast<uint32_t>(*lo), static_cast<uint32_t>(*hi)};
+}
+
+Result<std::pair<uint16_t, uint16_t>> parse_port_range(std::string_view s) {
+  size_t dash = s.find('-');
+  auto lo = parse_u64(s.substr(0, dash));
+  auto hi = dash == std::string_view::npos ? lo : parse_u64(s.substr(dash + 1));
+  if (!lo || !hi || *lo < 1 || *hi > 65535 || *lo > *hi)
+    return make_error(Errc::invalid_argument,
+                      "'{}' is not a port or an inclusive port range like \"41000-41089\" "
+                      "(1-65535, low end first)",
+                      s);
+  return std::pair<uint16_t, uint16_t>{static_cast<uint16_t>(*lo), static_cast<uint16_t>(*hi)};
+}
+
+std::string format_ports(const std::vector<PortRule>& rules, std::string_view sep) {
+  std::vector<uint16_t> ps;
+  ps.reserve(rules.size());
+  for (const PortRule& r : rules) ps.push_back(r.port);
+  std::sort(ps.begin(), ps.end());
+  std::string out;
+  for (size_t i = 0; i < ps.size();) {
+    size_t j = i;
+    while (j + 1 < ps.size() && ps[j + 1] == ps[j] + 1) ++j;
+    if (!out.empty()) out += sep;
+    out += std::to_string(ps[i]);
+    if (j > i) out += "-" + std::to_string(ps[j]);
+    i = j + 1;
+  }
+  return out;
 }
 
 Result<Config> parse_config(std::string_view text, const std::string& path) {
@@ -65,19 +95,62 @@ Result<Config> parse_config(std::string_view text, const std::string& path) {
     root.error("", "the [upstream] table is required (host = the host gateway's address)");
   }
 
+  // Each [[port]] is one port (port = N) or an inclusive range of them
+  // (ports = "LO-HI", fy-wall's spelling of a band), expanded to one PortRule
+  // per port. A port given twice, alone or in a range, is refused where it
+  // is given again, naming the table that gave it first.
   auto ports = root.tables("port");
+  std::vector<std::string> first_at;  // per c.ports entry: where its [[port]] is
   for (auto& t : ports) {
-    PortRule r;
-    if (auto v = t.integer("port", 1, 65535))
-      r.port = static_cast<uint16_t>(*v);
-    else
-      t.error("", "needs port = 1..65535");
-    if (auto v = t.boolean("stamp")) r.stamp = *v;
+    bool stamp = true;
+    if (auto v = t.boolean("stamp")) stamp = *v;
+    const bool has_port = t.has("port"), has_range = t.has("ports");
+    uint32_t lo = 0, hi = 0;
+    std::string key = has_range ? "ports" : "port";
+    if (has_port && has_range) {
+      t.error("",
+              "has both port and ports: give one port (port = 41000) or one range "
+              "(ports = \"41000-41089\")");
+      t.type_of("port");
+      t.type_of("ports");
+    } else if (has_range) {
+      if (auto v = t.string("ports")) {
+        auto r = parse_port_range(*v);
+        if (!r)
+          t.error("ports", r.error().message);
+        else
+          lo = r->first, hi = r->second;
+      }
+    } else if (auto v = t.integer("port", 1, 65535)) {
+      lo = hi = static_cast<uint32_t>(*v);
+    } else if (!has_port) {
+      t.error("", "needs port = 1..65535 (one port) or ports = \"LO-HI\" (a range)");
+    }
     t.finish();
-    if (r.port && c.port_rule(r.port))
-      t.error("port", "is listed twice");
-    else if (r.port)
-      c.ports.push_back(r);
+    if (!lo) continue;
+    if (c.ports.size() + (hi - lo + 1) > kMaxPorts) {
+      t.error(key, fmt::format("would make {} ports in all; at most {} can be served (each is a "
+                               "listening socket per worker in each namespace followed)",
+                               c.ports.size() + (hi - lo + 1), kMaxPorts));
+      continue;
+    }
+    const std::string here = t.where(key);
+    bool clash = false;
+    for (size_t i = 0; i < c.ports.size() && !clash; ++i) {
+      if (c.ports[i].port < lo || c.ports[i].port > hi) continue;
+      clash = true;
+      if (lo == hi)
+        t.error(key, fmt::format("is listed twice: {} is already given at {}", lo, first_at[i]));
+      else
+        t.error(key, fmt::format("{}-{} overlaps port {}, already given at {}: list each port "
+                                 "once (the bands must not overlap)",
+                                 lo, hi, c.ports[i].port, first_at[i]));
+    }
+    if (clash) continue;
+    for (uint32_t p = lo; p <= hi; ++p) {
+      c.ports.push_back(PortRule{static_cast<uint16_t>(p), stamp});
+      first_at.push_back(here);
+    }
   }
   if (ports.empty())
     root.error("", "at least one [[port]] is required: the daemon ports the forwarder serves");

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/log.h"
@@ -20,6 +22,11 @@ struct PortRule {
   uint16_t port = 0;
   bool stamp = true;  // false: a token service, relayed byte for byte, not stamped
 };
+
+// The most ports one forwarder serves: each is a listening socket (and a
+// spare descriptor) per worker, in the VM namespace and in the bridge
+// namespace it follows. A port band is 180.
+inline constexpr size_t kMaxPorts = 1024;
 
 struct UidRange {
   uint32_t lo = 0;
@@ -119,5 +126,12 @@ Result<Config> parse_config(std::string_view text, const std::string& path);
 
 // "1000" or "100000-165535".
 Result<UidRange> parse_uid_range(std::string_view s);
+
+// "41000" or "41000-41089" (inclusive, 1-65535, low end first).
+Result<std::pair<uint16_t, uint16_t>> parse_port_range(std::string_view s);
+
+// The ports, sorted, runs of consecutive ports written as ranges, joined by
+// `sep`: "41000-41089, 41100-41189" (for the redirect's set, and the logs).
+std::string format_ports(const std::vector<PortRule>& rules, std::string_view sep);
 
 }  // namespace fy::fwd

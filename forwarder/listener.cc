@@ -37,10 +37,7 @@ Result<std::unique_ptr<Listener>> Listener::open(const std::vector<Worker*>& wor
   common->net = net;
   common->family = is_ipv6_literal(ip) ? AF_INET6 : AF_INET;
   common->desc = is_ipv6_literal(ip) ? "[" + ip + "]:" : ip + ":";
-  for (size_t i = 0; i < cfg.ports.size(); ++i) {
-    if (i) common->desc += ',';
-    common->desc += std::to_string(cfg.ports[i].port);
-  }
+  common->desc += format_ports(cfg.ports, ",");  // a band as "41000-41089"
   l->common_ = common;
   const bool group = workers.size() > 1;
   auto make = [&]() -> Result<void> {

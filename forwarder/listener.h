@@ -44,7 +44,8 @@ class Listener {
 
   NsId ns() const { return ns_; }
   ListenerKind kind() const { return common_->kind; }
-  const std::string& describe() const { return common_->desc; }  // "0.0.0.0:42600,42700"
+  // "0.0.0.0:42600,42700"; a band as a range, "0.0.0.0:41000-41089,41100-41189"
+  const std::string& describe() const { return common_->desc; }
   // How often net = "auto" re-read its interface map (0 for a fixed net).
   uint64_t iface_refreshes() const;
 

@@ -11,6 +11,8 @@
 //     }
 //   }
 //
+// (A port band is one interval of the set: `{ 41000-41089, 41100-41189 }`.)
+//
 // `redirect` sends a connection to the address of the interface it came in on
 // (the bridge's), which a wildcard listener holds; a listener bound to one
 // address gets `dnat to <that address>` instead. The family (ip, ip6) is the
@@ -42,7 +44,11 @@ const char* redirect_family(const Config& cfg);
 std::string redirect_ruleset(const Config& cfg);
 // Commits redirect_ruleset(cfg) in the calling thread's network namespace
 // (call it inside run_in_netns). All of it or none of it is applied; the error
-// carries nft's own messages.
+// carries nft's own messages. It runs libnftables on a thread of its own with
+// a private descriptor table whose low numbers are free (libnftables select()s
+// on its socket, which must be numbered below FD_SETSIZE).
 Result<void> install_redirect(const Config& cfg);
+// The same on the calling thread, whatever its descriptor numbers (tests).
+Result<void> install_redirect_here(const Config& cfg);
 
 }  // namespace fy::fwd

@@ -316,6 +316,80 @@ attribution = "proc"
   CHECK_FALSE(parse_uid_range("x").ok());
 }
 
+TEST_CASE("configuration: a [[port]] range serves every port of a band; overlaps refused") {
+  // fy-machine's guest config: the walled band is base+0..89 (the worktrees'
+  // proxies, stamped) and base+100..189 (their token minters, not stamped).
+  const std::string head = R"(
+key_file = "/k"
+[upstream]
+host = "192.168.5.2"
+[bridge]
+netns = "/run/user/1000/netns/rootless-netns"
+)";
+  const std::string band = head +
+                           "[[port]]\nports = \"41000-41089\"\nstamp = true\n"
+                           "[[port]]\nports = \"41100-41189\"\nstamp = false\n";
+  auto c = parse_config(band, "band.toml");
+  REQUIRE(c.ok());
+  CHECK(c->ports.size() == 180);
+  for (uint16_t off : {0, 1, 7, 88, 89}) {
+    REQUIRE(c->port_rule(41000 + off) != nullptr);
+    CHECK(c->port_rule(41000 + off)->stamp);
+    REQUIRE(c->port_rule(41100 + off) != nullptr);
+    CHECK_FALSE(c->port_rule(41100 + off)->stamp);
+  }
+  CHECK(c->port_rule(40999) == nullptr);
+  CHECK(c->port_rule(41090) == nullptr);
+  CHECK(c->port_rule(41099) == nullptr);
+  CHECK(c->port_rule(41190) == nullptr);
+  CHECK(format_ports(c->ports, ", ") == "41000-41089, 41100-41189");
+  // One rule, the band as intervals of its set.
+  CHECK(redirect_ruleset(*c).find("ip daddr 192.168.5.2 tcp dport { 41000-41089, 41100-41189 } "
+                                  "redirect\n") != std::string::npos);
+  // A range of one and a single port mix; listed ports are sorted and runs merged.
+  auto mixed = parse_config(head +
+                                "[[port]]\nport = 42700\nstamp = false\n"
+                                "[[port]]\nports = \"42600\"\n[[port]]\nport = 42601\n",
+                            "m.toml");
+  REQUIRE(mixed.ok());
+  CHECK(format_ports(mixed->ports, ",") == "42600-42601,42700");
+  CHECK(mixed->port_rule(42600)->stamp);  // stamp's default holds for a range too
+
+  auto refused = [&](const std::string& ports, const char* want, const char* where) {
+    auto r = parse_config(head + ports, "e.toml");
+    REQUIRE_FALSE(r.ok());
+    INFO(r.error().message);
+    CHECK(r.error().message.find(want) != std::string::npos);
+    CHECK(r.error().message.find(where) != std::string::npos);
+  };
+  // Overlapping bands: refused where the second one is given, naming the first.
+  refused("[[port]]\nports = \"41000-41089\"\n[[port]]\nports = \"41080-41099\"\n",
+          "41080-41099 overlaps port 41080, already given at e.toml:8:", "e.toml:10:");
+  // A port inside a range given before, and a range over a port given before.
+  refused("[[port]]\nports = \"41000-41089\"\n[[port]]\nport = 41007\n",
+          "is listed twice: 41007 is already given at e.toml:8:", "e.toml:10:");
+  refused("[[port]]\nport = 41007\n[[port]]\nports = \"41000-41089\"\n",
+          "41000-41089 overlaps port 41007, already given at e.toml:8:", "e.toml:10:");
+  refused("[[port]]\nport = 41007\n[[port]]\nport = 41007\n", "is listed twice", "e.toml:10:");
+  // Spelling: backwards, out of range, not a number, the wrong type, both keys.
+  refused("[[port]]\nports = \"41089-41000\"\n", "is not a port or an inclusive port range",
+          "e.toml:8:");
+  refused("[[port]]\nports = \"0-10\"\n", "is not a port or an inclusive port range", "e.toml:8:");
+  refused("[[port]]\nports = \"65000-65536\"\n", "1-65535", "e.toml:8:");
+  refused("[[port]]\nports = \"41000-\"\n", "is not a port", "e.toml:8:");
+  refused("[[port]]\nports = \"41000..41089\"\n", "is not a port", "e.toml:8:");
+  refused("[[port]]\nports = 41000\n", "expected a string", "e.toml:8:");
+  refused("[[port]]\nport = 41000\nports = \"41001-41002\"\n", "has both port and ports",
+          "e.toml:7:");
+  refused("[[port]]\nstamp = false\n", "needs port = 1..65535 (one port) or ports", "e.toml:7:");
+  // Unknown keys are still refused in a range's table.
+  refused("[[port]]\nports = \"41000-41001\"\nstanp = false\n", "stanp", "e.toml:9:");
+  // Past kMaxPorts in all (a listening socket per port, worker and namespace).
+  refused("[[port]]\nports = \"1000-1999\"\n[[port]]\nports = \"3000-3100\"\n",
+          "would make 1101 ports in all; at most 1024", "e.toml:10:");
+  CHECK(parse_config(head + "[[port]]\nports = \"1000-2023\"\n", "e.toml").ok());
+}
+
 TEST_CASE("the bridge redirect: on by default, replaced whole, by the listener's address") {
   const char* base = R"(
 key_file = "/k"

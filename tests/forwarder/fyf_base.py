@@ -33,8 +33,9 @@ class Rig:
     fy-forwarder in the VM namespace. Use as a context manager."""
 
     def __init__(self, tag, containers=(("podman1", 2),), forwarder=True, fwd_kw=None,
-                 preinstall_redirect=False):
-        self.topo = Topology(tag, containers=containers, preinstall_redirect=preinstall_redirect)
+                 preinstall_redirect=False, ports=(PROXY_PORT, TOKEN_PORT)):
+        self.topo = Topology(tag, containers=containers, preinstall_redirect=preinstall_redirect,
+                             ports=ports)
         self.want_forwarder = forwarder
         self.fwd_kw = dict(fwd_kw or {})
         self.fwd = None

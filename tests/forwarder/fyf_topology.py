@@ -403,9 +403,11 @@ class Topology:
     def forwarder_config(self, key_file, bridge=True, vm=False, extra="", upstream=GATEWAY,
                          walled=("1000", "100000-165535"), attribution="bpf", stamp_ports=None,
                          connect_timeout_ms=2000, redials=8, redirect=True, workers=2,
-                         attribution_timeout_ms=None):
+                         attribution_timeout_ms=None, port_ranges=None):
         """A fy-forwarder config for this topology (docs/fy-forwarder.md). `redirect`:
         the bridge listener's [bridge] redirect (the forwarder installs the redirect).
+        `port_ranges`: [("LO-HI", stamp), ...], one `[[port]] ports = "LO-HI"` each,
+        instead of one `[[port]] port = N` per port of the topology.
         `workers`: [limits] workers, 2 unless `extra` sets it: the tests run the data
         path on more than one loop whatever this machine's default would be."""
         stamp_ports = self.ports[:1] if stamp_ports is None else stamp_ports
@@ -420,9 +422,14 @@ class Topology:
             "redials = %d" % redials,
             "",
         ]
-        for p in self.ports:
-            lines += ["[[port]]", "port = %d" % p, "stamp = %s" % (
-                "true" if p in stamp_ports else "false"), ""]
+        if port_ranges is not None:
+            for spec, stamp in port_ranges:
+                lines += ["[[port]]", 'ports = "%s"' % spec,
+                          "stamp = %s" % ("true" if stamp else "false"), ""]
+        else:
+            for p in self.ports:
+                lines += ["[[port]]", "port = %d" % p, "stamp = %s" % (
+                    "true" if p in stamp_ports else "false"), ""]
         if bridge:
             lines += ["[bridge]", 'netns = "/run/netns/%s"' % self.rl, 'listen = "0.0.0.0"',
                       'net = "auto"', "poll_ms = 250",

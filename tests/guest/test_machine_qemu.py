@@ -290,8 +290,8 @@ class QemuMachine(unittest.TestCase):
         before = len(self.origin.requests)
         d = self.root(f"http_proxy=http://{GATEWAY}:{self.base} {WGET} {url}/unstamped", check=False)
         self.assertEqual(d.returncode, 1, "an unstamped request must be refused: %r" % (d,))
-        # A band port the forwarder does not serve: the guard sends it to the
-        # forwarder's listener, where nothing answers.
+        # A band port no host proxy listens on: the guard sends it to the
+        # forwarder (which serves the whole band), whose dial finds nothing.
         self.assertNotEqual(self.walled(url + "/unserved", self.base + 1).returncode, 0)
         # The forwarder stopped: nothing of the walled user arrives.
         self.root("systemctl stop fy-forwarder.service")
@@ -321,6 +321,57 @@ class QemuMachine(unittest.TestCase):
             time.sleep(0.2)
         row = [r for r in rows(self.proxy.netlog) if r.get("path") == "/container"][0]
         self.assertNotIn("unattributed", row, "the proxy verified the forwarder's stamp: %r" % row)
+
+    def test_3p_walled_user_reaches_an_offset_port_of_the_band(self):
+        """A worktree at offset N (1..89) has its own proxy port base+N and minter
+        port base+100+N: the wall admits the walled user to both, and the forwarder
+        the boot script configured serves them (a stamped request at base+N, an
+        unstamped relay at base+100+N), not only the band's first ports."""
+        for off in (7, 13, 42, 61):
+            try:
+                for p in (self.base + off, self.base + 100 + off):
+                    with socket.socket() as s:
+                        s.bind(("127.0.0.1", p))
+                break
+            except OSError:
+                continue
+        else:
+            self.skipTest("no offset of the band is free on the host")
+        key = os.path.join(self.state_dir, "forwarder.key")
+        url = f"http://127.0.0.1:{self.origin.port}"
+        proxy = Proxy(f'mode = "enforce"\nattribution = "require"\n'
+                      f'allow = ["127.0.0.1:{self.origin.port}"]\n',
+                      args=["--stamp-key", key], admin=False)
+        proxy.cmd[proxy.cmd.index("--listen") + 1] = "127.0.0.1:%d" % (self.base + off)
+        proxy.start()
+        minter = Origin(port=self.base + 100 + off).__enter__()
+        try:
+            path = "/offset-%d" % off
+            p = self.walled(url + path, self.base + off)
+            self.assertEqual(p.returncode, 0, "stdout %r stderr %r" % (p.stdout[-1000:], p.stderr[-2000:]))
+            got = [r for r in self.origin.requests if r["path"] == path]
+            self.assertEqual(len(got), 1, "the origin got the offset port's request once")
+            self.assertIsNone(self.origin.header(got[0], "Fy-Stamp"))
+            deadline = time.monotonic() + 10
+            while not [r for r in rows(proxy.netlog) if r.get("path") == path]:
+                self.assertLess(time.monotonic(), deadline, "no Network Log row at base+%d" % off)
+                time.sleep(0.2)
+            row = [r for r in rows(proxy.netlog) if r.get("path") == path][0]
+            self.assertNotIn("unattributed", row, "stamped and verified at base+%d: %r" % (off, row))
+            self.assertFalse([r for r in rows(self.proxy.netlog) if r.get("path") == path],
+                             "it reached its own port's proxy, not the band's first")
+            # The minter port: relayed as it was sent, no stamp added.
+            t = self.target()
+            m = subprocess.run(["ssh", "-F", t["config"], t["host"],
+                                f"{WGET} http://{GATEWAY}:{self.base + 100 + off}/token-{off}"],
+                               capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+            self.assertEqual(m.returncode, 0, "stdout %r stderr %r" % (m.stdout[-1000:], m.stderr[-2000:]))
+            tok = [r for r in minter.requests if r["path"] == "/token-%d" % off]
+            self.assertEqual(len(tok), 1, minter.requests)
+            self.assertIsNone(minter.header(tok[0], "Fy-Stamp"), "a minter port is never stamped")
+        finally:
+            minter.__exit__(None, None, None)
+            proxy.__exit__(None, None, None)
 
     def test_4_rm_tears_it_down(self):
         with open(os.path.join(self.vm_dir, "qemu.pid")) as f:

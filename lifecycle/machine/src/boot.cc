@@ -105,12 +105,15 @@ state_dir = "/run/fy-forwarder"
 [upstream]
 host = @@GATEWAY@@
 
+# The whole band the wall admits: each worktree offset 0..89 has its proxy
+# port (base+offset, stamped) and its token minter (base+100+offset, relayed
+# byte for byte, never stamped).
 [[port]]
-port = @@PROXY_PORT@@
+ports = "@@PROXY_PORTS@@"
 stamp = true
 
 [[port]]
-port = @@MINTER_PORT@@
+ports = "@@MINTER_PORTS@@"
 stamp = false
 
 [bridge]
@@ -340,8 +343,8 @@ Rendered render_boot(const BootSpec& s) {
   replace_all(t, "@@DNSFWD_BIN@@", shell_quote(s.dnsfwd_bin));
   replace_all(t, "@@GATEWAY@@", json_quote(s.gateway));
   replace_all(t, "@@PORTS_TOML@@", ports_toml(s.port_base));
-  replace_all(t, "@@PROXY_PORT@@", std::to_string(s.port_base));
-  replace_all(t, "@@MINTER_PORT@@", std::to_string(s.port_base + 100));
+  replace_all(t, "@@PROXY_PORTS@@", fmt::format("{}-{}", s.port_base, s.port_base + 89));
+  replace_all(t, "@@MINTER_PORTS@@", fmt::format("{}-{}", s.port_base + 100, s.port_base + 189));
   replace_all(t, "@@FORWARDER_KEY@@", shell_quote(s.forwarder_key));
   replace_all(t, "@@WANT@@", shell_quote(boot_want(s)));
   replace_all(t, "@@BRIDGE_WATCH@@",

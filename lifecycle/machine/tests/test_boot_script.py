@@ -4,7 +4,11 @@ files): `bash -n` and Debian's shellcheck pass, it uses only Lima's template
 fields ({{.User}}, {{.UID}}), its line 2 carries the provision id, which is
 the sha256 prefix of the script with the placeholder still in it, and the id
 changes with the port band and with nothing else the renderer is given the
-same (re-rendered, it is the same)."""
+same (re-rendered, it is the same). The forwarder config it writes, expanded
+as the guest's bash expands it, serves the whole band the wall admits (the
+proxy ports base..base+89 stamped, the minters base+100..base+189 not) and
+passes the real `fy-forwarder --check-config` (FY_FORWARDER_BIN: the top
+build's; a subproject built alone has none and skips that one check)."""
 import hashlib
 import os
 import re
@@ -12,10 +16,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import tomllib
 import unittest
 
 R = os.environ.get("FY_MACHINE_RENDER_BOOT", "")
 ASSETS = os.environ.get("FY_MACHINE_ASSETS", "")
+FORWARDER = os.environ.get("FY_FORWARDER_BIN", "")
 
 
 def render(base, posture=""):
@@ -73,6 +79,53 @@ class Boot(unittest.TestCase):
         diff = [(x, y) for x, y in zip(a.split("\n"), c.split("\n")) if x != y]
         for x, y in diff[1:]:
             self.assertTrue("41000" in x or "41100" in x, (x, y))
+
+    def forwarder_toml(self, text):
+        """The forwarder config's heredoc, expanded by bash as the guest does
+        (the VM user's uid, its subuid range)."""
+        start = "cat >/etc/fy/forwarder.toml.tmp <<__FY_FWD_TOML__\n"
+        body = text.split(start, 1)[1].split("\n__FY_FWD_TOML__\n", 1)[0]
+        script = ("uid=1000\nwalled='\"1000\", \"100000-165535\"'\n"
+                  "cat <<__FY_FWD_TOML__\n" + body + "\n__FY_FWD_TOML__\n")
+        r = subprocess.run(["bash", "-euc", script], capture_output=True, text=True, check=True)
+        return r.stdout
+
+    def test_the_forwarder_serves_the_whole_band_the_wall_admits(self):
+        for base in (41000, 41200):
+            text, _ = render(base)
+            # What the wall admits, from the same script: base..+89, +100..+189.
+            self.assertIn('ports = ["%d-%d", "%d-%d"]' % (base, base + 89, base + 100, base + 189),
+                          text)
+            toml = self.forwarder_toml(text)
+            cfg = tomllib.loads(toml)
+            served = {}
+            for t in cfg["port"]:
+                if "ports" in t:
+                    lo, hi = (int(x) for x in t["ports"].split("-"))
+                else:
+                    lo = hi = t["port"]
+                for p in range(lo, hi + 1):
+                    self.assertNotIn(p, served, "port %d given twice" % p)
+                    served[p] = t.get("stamp", True)
+            want = {base + o: True for o in range(90)}
+            want.update({base + 100 + o: False for o in range(90)})
+            self.assertEqual(served, want, "every worktree offset 0..89: its proxy port stamped, "
+                                           "its minter port not")
+            self.assertEqual(cfg["vm"]["walled_uids"], ["1000", "100000-165535"])
+            if not FORWARDER:
+                continue
+            self.assertTrue(os.access(FORWARDER, os.X_OK), "FY_FORWARDER_BIN %s is not built"
+                            % FORWARDER)
+            p = os.path.join(self.d, "forwarder-%d.toml" % base)
+            with open(p, "w") as f:
+                f.write(toml)
+            r = subprocess.run([FORWARDER, "--check-config", "--config", p], capture_output=True,
+                               text=True, timeout=30)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("is valid", r.stdout)
+        if not FORWARDER:
+            self.skipTest("FY_FORWARDER_BIN is unset (fy-machine built alone, no fy-forwarder); "
+                          "the band was checked, --check-config was not run")
 
     def test_shellcheck_catches_a_broken_script(self):
         # The check can fail: a script with an unquoted expansion does not pass.
