@@ -373,6 +373,166 @@ class QemuMachine(unittest.TestCase):
             minter.__exit__(None, None, None)
             proxy.__exit__(None, None, None)
 
+    # ---- the DNS allow list, host -> guest (fy-machine dns-allow) ----------
+
+    def dns_upstream(self):
+        """fy-dnsfwd's upstream in the guest (what the boot provisioning wrote:
+        resolv.conf's nameserver, else lima's 192.168.5.3) answered by the
+        authoritative stand-in (tests/wall/dnsserve.py auth), run by root on
+        that address on the guest's loopback: restrict=on leaves the guest no
+        resolver of its own. Started once; its queries are logged to
+        /opt/fy18a/auth.jsonl. Also ships dnsprobe.py for the walled user."""
+        if getattr(type(self), "_upstream", None):
+            return type(self)._upstream
+        conf = self.root("cat /etc/fy/dnsfwd.toml").stdout
+        up = [l.split('"')[1] for l in conf.splitlines() if l.startswith("upstream")][0]
+        up = up.split(":")[0]
+        self.root("install -d -m0755 /opt/fy18a")
+        for f in ("dnsserve.py", "dnsprobe.py"):
+            with open(os.path.join(ROOT, "tests", "wall", f)) as src:
+                self.root("cat >/opt/fy18a/%s && chmod 0755 /opt/fy18a/%s" % (f, f), input=src.read())
+        self.root("ip addr add %s/32 dev lo 2>/dev/null; ip addr show dev lo | grep -q ' %s/'" % (up, up))
+        self.root("setsid python3 /opt/fy18a/dnsserve.py auth %s </dev/null >/opt/fy18a/auth.jsonl "
+                  "2>/opt/fy18a/auth.err & i=0; until grep -q READY /opt/fy18a/auth.jsonl; do "
+                  "i=$((i+1)); [ $i -lt 100 ] || exit 1; sleep 0.1; done" % up)
+        type(self)._upstream = up
+        return up
+
+    def walled_query(self, name, want=None):
+        """The walled VM user's A query for `name` to the guest's resolver
+        address (the wall redirects it to fy-dnsfwd): its rcode. With `want`,
+        asked again for up to 10 s until it is that (a SIGHUP reload is
+        asynchronous)."""
+        up = self.dns_upstream()
+        t = self.target()
+        deadline = time.monotonic() + 10
+        while True:
+            p = subprocess.run(["ssh", "-F", t["config"], t["host"],
+                                "python3 /opt/fy18a/dnsprobe.py query %s %s --timeout 3" % (up, name)],
+                               capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            r = json.loads(p.stdout.strip().splitlines()[-1])
+            rc = int(next(iter(r["rcodes"]))) if r["rcodes"] else None  # {"5": 1}
+            if want is None or rc == want or time.monotonic() > deadline:
+                return rc
+            time.sleep(0.5)
+
+    def allow_list(self):
+        return self.root("cat /etc/fy/dnsfwd-allow.txt").stdout
+
+    def policy(self, name, text):
+        p = os.path.join(self.tmp, name)  # outside the repo and the worktrees: not mounted
+        with open(p, "w") as f:
+            f.write(text)
+        return p
+
+    def test_3c_dns_allow_sends_the_policys_names_and_only_they_resolve(self):
+        # As provisioned: an empty list, every name REFUSED.
+        self.assertEqual(self.walled_query("allowed.example"), 5, "REFUSED before the list is sent")
+        pol = self.policy("policy-a.toml", 'mode = "enforce"\nallow = ["allowed.example:443"]\n')
+        r = self.fym("dns-allow", pol)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("✓ installed /etc/fy/dnsfwd-allow.txt (1 names, was 0)", r.stderr)
+        self.assertIn("allowed.example\n", self.allow_list())
+        self.assertEqual(self.root("stat -c '%U:%G %a' /etc/fy/dnsfwd-allow.txt").stdout.strip(),
+                         "root:root 644")
+        # Forwarded: the upstream stand-in answers (NOERROR) and saw it; another name is not.
+        self.assertEqual(self.walled_query("allowed.example", want=0), 0)
+        self.assertEqual(self.walled_query("www.allowed.example"), 0, "a suffix allows the names below it")
+        self.assertEqual(self.walled_query("other.example"), 5, "a name outside the policy is REFUSED")
+        seen = [json.loads(l)["name"] for l in
+                self.root("cat /opt/fy18a/auth.jsonl").stdout.splitlines() if l.startswith("{")]
+        self.assertIn("allowed.example", seen)
+        self.assertNotIn("other.example", seen, "a REFUSED name never goes upstream")
+        # ensure sends the configured policy's list itself, after the boot checks.
+        pol_b = self.policy("policy-b.toml", 'mode = "enforce"\nallow = ["allowed.example", "*.second.example"]\n')
+        e = subprocess.run([FY_MACHINE, "ensure", *self.opts], text=True, capture_output=True, timeout=600,
+                           stdin=subprocess.DEVNULL, env=dict(self.env, FY_MACHINE_DNS_POLICY=pol_b))
+        self.assertEqual(e.returncode, 0, e.stderr)
+        self.assertIn("✓ installed /etc/fy/dnsfwd-allow.txt (2 names, was 1)", e.stderr)
+        self.assertEqual(self.walled_query("x.second.example", want=0), 0)
+
+    def test_3d_the_walled_user_cannot_write_the_list_or_use_roots_channel(self):
+        self.dns_upstream()
+        t = self.target()
+
+        def walled(cmd):
+            return subprocess.run(["ssh", "-F", t["config"], t["host"], cmd], capture_output=True,
+                                  text=True, timeout=60, stdin=subprocess.DEVNULL)
+        before = self.allow_list()
+        self.assertTrue(before.strip(), "test_3c sent a list")
+        # The file, the forced command, root's keys: not the walled user's to write or read.
+        p = walled("echo evil.example >>/etc/fy/dnsfwd-allow.txt")
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("Permission denied", p.stderr)
+        for f in ("/usr/local/libexec/fy-dnsfwd-install", "/root/.ssh/authorized_keys", "/etc/fy"):
+            self.assertNotEqual(walled("test -w %s" % f).returncode, 0, f)
+        self.assertNotEqual(walled("cat /root/.ssh/authorized_keys").returncode, 0)
+        # Running the install itself, or through sudo (narrowed to shutdown), changes nothing.
+        p = walled("echo evil.example | /usr/local/libexec/fy-dnsfwd-install")
+        self.assertNotEqual(p.returncode, 0, p.stdout)
+        p = walled("echo evil.example | sudo -n /usr/local/libexec/fy-dnsfwd-install")
+        self.assertNotEqual(p.returncode, 0, p.stdout)
+        # ssh to root from inside the guest, with no key root takes: refused.
+        p = walled("ssh -o BatchMode=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null "
+                   "-o ConnectTimeout=10 root@127.0.0.1 true")
+        self.assertEqual(p.returncode, 255, p.stdout)
+        self.assertIn("Permission denied", p.stderr)
+        self.assertEqual(self.allow_list(), before)
+        self.assertEqual(self.walled_query("evil.example"), 5)
+        # From the host: another key is refused for root; the channel's key runs
+        # the install whatever command is asked (restrict, command=...).
+        other = os.path.join(self.tmp, "other_key")
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", other], check=True)
+        key = os.path.join(self.state_dir, "dns-allow_ed25519")
+        self.assertEqual(os.stat(key).st_mode & 0o777, 0o600)
+        base = self.root_argv()
+        def as_root(k, cmd, data):
+            a = ["ssh", "-F", "/dev/null", "-o", "IdentitiesOnly=yes", "-o", "IdentityAgent=none", "-i", k] + \
+                base[3:]
+            return subprocess.run(a + [cmd], input=data, capture_output=True, text=True, timeout=60)
+        p = as_root(other, "id -u", "")
+        self.assertEqual(p.returncode, 255, p.stdout)
+        p = as_root(key, "cat /etc/shadow; id -u", before)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertTrue(p.stdout.startswith("✓ installed /etc/fy/dnsfwd-allow.txt"), p.stdout)
+        self.assertNotIn("root:", p.stdout)
+        # The drop-in is in place, read before the others.
+        self.assertEqual(self.root("ls /etc/ssh/sshd_config.d | head -1").stdout.strip(), "00-fy-root.conf")
+        line = [l for l in self.root("cat /root/.ssh/authorized_keys").stdout.splitlines()
+                if l.endswith(" fy-machine-dns-allow")]
+        with open(key + ".pub") as f:
+            blob = f.read().split()[1]
+        self.assertEqual(line, ['restrict,command="/usr/local/libexec/fy-dnsfwd-install" ssh-ed25519 %s '
+                                'fy-machine-dns-allow' % blob])
+
+    def test_3e_a_malformed_list_is_refused_with_where_and_why_and_the_old_kept(self):
+        self.dns_upstream()
+        before = self.allow_list()
+        self.assertIn("allowed.example", before)
+        bad = self.policy("bad-allow.txt", "fine.example\nnot a name\n")
+        r = self.fym("dns-allow", "--allow-file", bad)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("%s:2: 'not a name' is not a host name suffix" % bad, r.stderr)
+        self.assertIn("nothing was installed, its old list is kept", r.stderr)
+        self.assertEqual(self.allow_list(), before)
+        self.assertEqual(self.walled_query("allowed.example"), 0, "the old list still holds")
+        self.assertEqual(self.walled_query("fine.example"), 5)
+        # A policy fy-proxy would refuse renders nothing: the proxy's file:line.
+        broken = self.policy("broken.toml", 'mode = "enforce"\nallow = [\n')
+        r = self.fym("dns-allow", broken)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("fy-dnsfwd-allow refused the policy %s" % broken, r.stderr)
+        self.assertIn(broken + ":", r.stderr)
+        # A policy in a folder the VM mounts read-write: the walled side could write it.
+        inrepo = os.path.join(self.repo, "policy.toml")
+        with open(inrepo, "w") as f:
+            f.write('mode = "enforce"\nallow = ["evil.example"]\n')
+        r = self.fym("dns-allow", inrepo)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("mounts read-write: the walled side could write it", r.stderr)
+        self.assertEqual(self.allow_list(), before)
+
     def test_4_rm_tears_it_down(self):
         with open(os.path.join(self.vm_dir, "qemu.pid")) as f:
             pid = int(f.read())

@@ -1,5 +1,8 @@
 // fy-dnsfwd's pure half (wall/dnsfwd/judge.h, config.h), without a loop.
 #include <doctest/doctest.h>
+#include <unistd.h>
+#include <cstdio>
+#include <cstdlib>
 
 #include <string>
 #include <vector>
@@ -235,6 +238,38 @@ TEST_CASE("the allow file: one suffix a line, comments and blanks skipped, error
                         "f.toml");
   REQUIRE_FALSE(c);
   CHECK(c.error().message.find("not an absolute path") != std::string::npos);
+}
+
+TEST_CASE("read_allow_file: what --check-allow reads, file:line, under 1 MiB, a missing file said") {
+  char dir[] = "/tmp/fy18a-allow-XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  std::string good = std::string(dir) + "/good.txt", bad = std::string(dir) + "/bad.txt",
+              big = std::string(dir) + "/big.txt";
+  auto put = [](const std::string& p, const std::string& t) {
+    FILE* f = fopen(p.c_str(), "we");
+    REQUIRE(f != nullptr);
+    fwrite(t.data(), 1, t.size(), f);
+    fclose(f);
+  };
+  put(good, "# fy-dnsfwd-allow\ngithub.com\n");
+  put(bad, "github.com\n\nnot a name\n");
+  std::string lots;
+  while (lots.size() < (1u << 20)) lots += "a.example\n";
+  put(big, lots);
+  auto g = read_allow_file(good);
+  REQUIRE(g);
+  CHECK(*g == std::vector<std::string>{"github.com"});
+  auto b = read_allow_file(bad);
+  REQUIRE(!b);
+  CHECK(b.error().message.find(bad + ":3: 'not a name' is not a host name suffix") != std::string::npos);
+  auto l = read_allow_file(big);
+  REQUIRE(!l);
+  CHECK(l.error().message.find("1 MiB or more") != std::string::npos);
+  auto m = read_allow_file(std::string(dir) + "/none.txt");
+  REQUIRE(!m);
+  CHECK(m.error().message.find("cannot read the allow file") != std::string::npos);
+  for (const auto& p : {good, bad, big}) unlink(p.c_str());
+  rmdir(dir);
 }
 
 TEST_CASE("needs_restart names what a reload keeps as it runs") {

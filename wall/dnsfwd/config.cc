@@ -164,14 +164,23 @@ Result<std::vector<std::string>> parse_allow_file(std::string_view text, const s
   return out;
 }
 
+Result<std::vector<std::string>> read_allow_file(const std::string& path) {
+  auto text = slurp(path, "the allow file");
+  if (!text) return std::move(text).take_error();
+  if (text->size() >= (1 << 20))
+    return make_error(Errc::invalid_argument,
+                      "{}: 1 MiB or more — an allow list is one host name a line; re-render it with "
+                      "fy-dnsfwd-allow",
+                      path);
+  return parse_allow_file(*text, path);
+}
+
 Result<Config> read_config_file(const std::string& path) {
   auto text = slurp(path, "the config");
   if (!text) return std::move(text).take_error();
   auto c = parse_config(*text, path);
   if (!c || c->allow_file.empty()) return c;
-  auto at = slurp(c->allow_file, "the allow file");
-  if (!at) return std::move(at).take_error();
-  auto names = parse_allow_file(*at, c->allow_file);
+  auto names = read_allow_file(c->allow_file);
   if (!names) return std::move(names).take_error();
   for (std::string& n : *names) c->policy.allow.push_back(std::move(n));
   return c;

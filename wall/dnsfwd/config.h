@@ -76,6 +76,10 @@ Result<Config> read_config_file(const std::string& path);
 // An allow file's text: one host name suffix a line; blank lines and lines
 // starting with '#' ignored. Errors name `path:line` and what to do.
 Result<std::vector<std::string>> parse_allow_file(std::string_view text, const std::string& path);
+// The allow file at `path`, read (up to 1 MiB, as read_config_file reads it)
+// and parsed: what `fy-dnsfwd --check-allow FILE` checks before the guest's
+// install (fy-machine dns-allow) moves a new list in.
+Result<std::vector<std::string>> read_allow_file(const std::string& path);
 
 // What a reload cannot change in a running daemon (listeners, upstreams,
 // the query log): one phrase each, "" when `next` changes none of them.

@@ -36,6 +36,11 @@ verbs:
   socket        print its libpod socket (unix://...)
   ssh-target    pin the guest's ssh host key (first contact) or verify it, and
                 print an ssh command; --json: {"config","host","user","known_hosts",...}
+  dns-allow [POLICY] [--allow-file FILE]
+                send the guest's DNS forwarder its allow list: the names of the
+                proxy's POLICY (rendered by fy-dnsfwd-allow; default
+                [machine].dns_policy), or FILE as it is, over root's
+                forced-command channel; a refused list leaves the old one
 
 options:
   --config FILE     foldyard.toml (default: ./foldyard.toml when present)
@@ -46,13 +51,14 @@ options:
 
 env: MACHINE_BACKEND (lima|podman|qemu), MACHINE_CPUS, MACHINE_MEMORY (MiB),
      MACHINE_DISK (GiB), MACHINE_VMTYPE, PODMAN_MACHINE, FY_MACHINE_RUNTIME
-     (gvisor), FY_MACHINE_STATE_DIR, FY_MACHINE_ASSETS; qemu: FY_QEMU_HOME,
+     (gvisor), FY_MACHINE_STATE_DIR, FY_MACHINE_ASSETS, FY_MACHINE_DNS_POLICY
+     (ensure sends its names), FY_DNSFWD_ALLOW (the renderer); qemu: FY_QEMU_HOME,
      FY_GUEST_SHARE (the build run at /fy, default <repo>/build), FY_GUEST_BUILD_IMAGE
 exit: 0 done/ready, 1 refused or not ready, 2 usage or configuration error
 )";
 
 struct Cfg {
-  std::optional<std::string> backend, name, vmtype, worktrees, runtime, memory, gateway;
+  std::optional<std::string> backend, name, vmtype, worktrees, runtime, memory, gateway, dns_policy;
   std::optional<int64_t> cpus, disk, port_base;
 };
 
@@ -72,7 +78,7 @@ int main(int argc, char** argv) {
     return args.empty() ? 2 : 0;
   }
   std::string verb = args[0];
-  std::optional<std::string> config_path, name_flag, repo_flag, wt_flag;
+  std::optional<std::string> config_path, name_flag, repo_flag, wt_flag, policy_arg, allow_file;
   bool json = false;
   for (size_t i = 1; i < args.size(); ++i) {
     auto val = [&](std::optional<std::string>& dst) {
@@ -87,15 +93,21 @@ int main(int argc, char** argv) {
     else if (a == "--repo") ok = val(repo_flag);
     else if (a == "--worktrees") ok = val(wt_flag);
     else if (a == "--json" && verb == "ssh-target") json = true;
+    else if (a == "--allow-file" && verb == "dns-allow") ok = val(allow_file);
+    else if (verb == "dns-allow" && !policy_arg && !a.empty() && a[0] != '-') policy_arg = a;
     else ok = false;
     if (!ok) {
       std::fprintf(stderr, "✗ fy-machine %s: bad option '%s' — see fy-machine --help\n", verb.c_str(), a.c_str());
       return 2;
     }
   }
-  static const std::vector<std::string> verbs = {"ensure", "status", "stop", "rm", "socket", "ssh-target"};
+  static const std::vector<std::string> verbs = {"ensure", "status", "stop", "rm", "socket", "ssh-target", "dns-allow"};
   if (std::find(verbs.begin(), verbs.end(), verb) == verbs.end()) {
-    std::fprintf(stderr, "✗ unknown command '%s' — ensure|status|stop|rm|socket|ssh-target\n", verb.c_str());
+    std::fprintf(stderr, "✗ unknown command '%s' — ensure|status|stop|rm|socket|ssh-target|dns-allow\n", verb.c_str());
+    return 2;
+  }
+  if (verb == "dns-allow" && policy_arg && allow_file) {
+    std::fprintf(stderr, "✗ fy-machine dns-allow: a POLICY or --allow-file FILE, not both\n");
     return 2;
   }
 
@@ -116,6 +128,7 @@ int main(int argc, char** argv) {
       c.worktrees = m->string("worktrees");
       c.runtime = m->string("runtime");
       c.gateway = m->string("gateway");
+      c.dns_policy = m->string("dns_policy");
       c.cpus = m->integer("cpus", 1, 256);
       c.disk = m->integer("disk_gib", 1, 65536);
       c.port_base = m->integer("port_base", 1024, 65000);
@@ -187,9 +200,39 @@ int main(int argc, char** argv) {
     }
     s.boot.port_base = static_cast<int64_t>(*v);
   }
+  // The policy whose names the guest may resolve: relative to the config's folder.
+  if (auto e = env("FY_MACHINE_DNS_POLICY"); e && !e->empty()) s.dns_policy = *e;
+  else if (c.dns_policy && !c.dns_policy->empty())
+    s.dns_policy = fs::path(*c.dns_policy).is_absolute() || !config_path
+                       ? *c.dns_policy
+                       : (fs::absolute(*config_path).parent_path() / *c.dns_policy).string();
+  if (verb == "dns-allow" && !policy_arg && !allow_file) {
+    if (s.dns_policy.empty()) {
+      std::fprintf(stderr, "✗ fy-machine dns-allow: which policy? Name it (fy-machine dns-allow POLICY), "
+                           "set [machine].dns_policy, or send a rendered file with --allow-file FILE\n");
+      return 2;
+    }
+    policy_arg = s.dns_policy;
+  }
+  if (auto e = env("FY_DNSFWD_ALLOW"); e && !e->empty()) s.dnsfwd_allow_bin = *e;
+  else if (!on_path("fy-dnsfwd-allow")) {
+    // Installed beside fy-dnsfwd (meson install: libexec/fy), or this build's own.
+    std::error_code xe;
+    fs::path self = fs::read_symlink("/proc/self/exe", xe);
+    std::vector<fs::path> cands = {"/usr/local/libexec/fy/fy-dnsfwd-allow",
+                                   "/usr/libexec/fy/fy-dnsfwd-allow"};
+    if (!xe) cands.push_back(self.parent_path() / "../../wall/dnsfwd/fy-dnsfwd-allow");
+    for (const fs::path& cand : cands)
+      if (::access(cand.c_str(), X_OK) == 0) {
+        s.dnsfwd_allow_bin = fs::weakly_canonical(cand, xe).string();
+        break;
+      }
+  }
   if (c.gateway) s.boot.gateway = *c.gateway;
   else if (s.sel.name == "qemu") s.boot.gateway = std::string(kQemuGateway);
   if (s.sel.name == "qemu") s.boot.bridge_watch = "poll";  // boot.h says why
+  // The image's root key is the qemu backend's own way in (boot.h: root_login).
+  if (s.sel.name == "qemu") s.boot.root_login = "prohibit-password";
   for (char ch : s.boot.gateway)
     if (!(std::isdigit(static_cast<unsigned char>(ch)) || ch == '.')) {
       std::fprintf(stderr, "✗ [machine].gateway '%s' is not an IPv4 address\n", s.boot.gateway.c_str());
@@ -219,6 +262,28 @@ int main(int argc, char** argv) {
       key = k + "\n";
     }
     s.boot.forwarder_key = key ? key->substr(0, key->find('\n')) : std::string(64, '0');
+    // The allow list's channel key: made once per VM, kept beside the
+    // forwarder's; only its public half goes into the boot script (root's
+    // forced-command line), the private half never leaves this folder.
+    std::string dk = s.state_dir + "/" + std::string(kDnsAllowKeyFile);
+    auto pub = read_file(dk + ".pub");
+    if ((!pub || ::access(dk.c_str(), R_OK) != 0) && verb == "ensure") {
+      ::unlink(dk.c_str());
+      ::unlink((dk + ".pub").c_str());
+      RunResult g = run({"ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C",
+                         std::string(kDnsAllowKeyComment), "-f", dk},
+                        std::chrono::seconds(60));
+      pub = read_file(dk + ".pub");
+      if (g.rc != 0 || !pub) {
+        std::fprintf(stderr, "✗ ssh-keygen could not make the allow list's key %s: %s — install "
+                             "openssh-client\n", dk.c_str(), first_line(g.err.empty() ? g.out : g.err).c_str());
+        return 1;
+      }
+    }
+    if (pub) {
+      auto k = parse_host_keys("k " + first_line(*pub));
+      if (!k.empty()) s.boot.dns_allow_key = k[0].type + " " + k[0].blob;
+    }
   }
 
   Say say = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
@@ -256,5 +321,6 @@ int main(int argc, char** argv) {
   if (verb == "stop") return m.stop();
   if (verb == "rm") return m.rm();
   if (verb == "socket") return m.socket();
+  if (verb == "dns-allow") return m.dns_allow(policy_arg.value_or(""), allow_file.value_or(""));
   return m.ssh_target(json);
 }

@@ -142,16 +142,17 @@ if [ ! -x "$dnsfwd" ]; then
 fi
 dns_upstream=$(awk '$1 == "nameserver" && $2 ~ /^[0-9]+[.][0-9]+[.][0-9]+[.][0-9]+$/ && $2 !~ /^127[.]/ { print $2; exit }' /etc/resolv.conf 2>/dev/null || true)
 dns_upstream=${dns_upstream:-192.168.5.3}
-# The allow list: the host writes it (fy-dnsfwd-allow POLICY, from fy-proxy's
-# policy) and copies it in. Until it does, an empty file: an empty list
-# resolves nothing (every name is REFUSED), so DNS fails closed.
+# The allow list: the host renders it from fy-proxy's policy and sends it
+# (fy-machine dns-allow, over root's channel of 4d below). Until it does, an
+# empty file: an empty list resolves nothing (every name is REFUSED), so DNS
+# fails closed. A list sent before is kept across boots.
 if [ ! -e /etc/fy/dnsfwd-allow.txt ]; then
   install -m0644 /dev/null /etc/fy/dnsfwd-allow.txt
 fi
 cat >/etc/fy/dnsfwd.toml.tmp <<__FY_DNSFWD_TOML__
 # written by fy-machine's boot provisioning
 upstream = ["$dns_upstream"]
-# Written by the host (fy-dnsfwd-allow POLICY); empty = nothing resolves.
+# Sent by the host (fy-machine dns-allow); empty = nothing resolves.
 allow_file = "/etc/fy/dnsfwd-allow.txt"
 # The query log to stdout: the journal, under the cap of step 2.
 log = "-"
@@ -183,6 +184,43 @@ mv /etc/fy/dnsfwd.toml.tmp /etc/fy/dnsfwd.toml
 cat >/etc/systemd/system/fy-dnsfwd.service.tmp <<'__FY_DNSFWD_UNIT__'
 @@DNSFWD_UNIT@@__FY_DNSFWD_UNIT__
 mv /etc/systemd/system/fy-dnsfwd.service.tmp /etc/systemd/system/fy-dnsfwd.service
+
+# 4d. The allow list's channel from the host (fy-machine dns-allow,
+# docs/fy-machine.md): root's ssh for one key, made on the host and held
+# there, whose forced command is the install below (restrict: no pty, no
+# forwarding; the command the client asks for is ignored). Root, not the VM
+# user: the walled side must not write the list or start an install of its
+# own, and its sudo is only the shutdown above. sshd lets root in only with
+# a forced command (00-fy-root.conf, read before every other drop-in: the
+# first value sshd reads wins).
+install -d -m0755 "$(dirname @@DNS_INSTALL_BIN@@)"
+cat >@@DNS_INSTALL_BIN@@.tmp <<'__FY_DNS_INSTALL__'
+@@DNS_INSTALL@@__FY_DNS_INSTALL__
+chmod 0755 @@DNS_INSTALL_BIN@@.tmp
+mv @@DNS_INSTALL_BIN@@.tmp @@DNS_INSTALL_BIN@@
+install -d -m0700 /root/.ssh
+keys=/root/.ssh/authorized_keys
+touch "$keys"
+grep -v ' @@DNS_KEY_COMMENT@@$' "$keys" >"$keys.fy.tmp" || true
+@@DNS_KEY_LINE@@chmod 0600 "$keys.fy.tmp"
+mv "$keys.fy.tmp" "$keys"
+install -d -m0755 /etc/ssh/sshd_config.d
+printf '# written by fy-machine: root only by a key with a forced command\nPermitRootLogin %s\n' @@ROOT_LOGIN@@ >/etc/ssh/sshd_config.d/00-fy-root.conf
+if ! /usr/sbin/sshd -t; then
+  rm -f /etc/ssh/sshd_config.d/00-fy-root.conf
+  echo "✗ sshd refuses its config with 00-fy-root.conf (see above): removed; the allow list's channel is not installed" >&2
+  exit 1
+fi
+sshd_reloaded=no
+for u in ssh.service sshd.service; do
+  if [ "$(systemctl is-active "$u" 2>/dev/null)" = active ]; then
+    systemctl reload "$u" && sshd_reloaded=yes
+    break
+  fi
+done
+if [ "$sshd_reloaded" = no ] && [ -s /run/sshd.pid ]; then
+  kill -HUP "$(cat /run/sshd.pid)"
+fi
 @@GVISOR@@
 # 5. Apply without ever taking a wall down: reload-or-restart runs the unit's
 # ExecReload (one atomic apply) when it is active, a start when it is not.
@@ -205,6 +243,45 @@ printf '%s\n' @@WANT@@ >/run/fy-wall/state.tmp
 chmod 0644 /run/fy-wall/state.tmp
 mv /run/fy-wall/state.tmp /run/fy-wall/state
 echo "fy-provision boot done: "@@WANT@@
+)__";
+
+// The forced command of root's allow-list key (boot.h: render_dns_install).
+constexpr std::string_view kDnsInstall = R"__(#!/bin/bash
+# fy-dnsfwd-install: the forced command of root's allow-list key, written by
+# fy-machine's boot provisioning; the host runs it with `fy-machine dns-allow`.
+# Reads the new allow list on stdin (under 1 MiB), checks it with fy-dnsfwd's
+# own reader, installs it atomically (root:root 0644) and has fy-dnsfwd
+# re-read it (SIGHUP, the unit's ExecReload). A refused list leaves the old
+# one. The command the client asked for (SSH_ORIGINAL_COMMAND) is ignored.
+# Exit: 0 installed; 3 refused, the old list kept; 4 installed, not reloaded.
+set -euo pipefail
+umask 077
+dest=@@DEST@@
+max=1048576
+tmp=$(mktemp "$(dirname "$dest")/.dnsfwd-allow.XXXXXX")
+trap 'rm -f "$tmp"' EXIT
+old=$(grep -cv -e '^[[:space:]]*#' -e '^[[:space:]]*$' "$dest" 2>/dev/null || true)
+head -c "$max" >"$tmp"
+if [ "$(stat -c %s "$tmp")" -ge "$max" ]; then
+  echo "✗ the allow list sent is 1 MiB or more: refused, $dest kept (${old:-0} names) — one host name a line; render it with fy-dnsfwd-allow POLICY" >&2
+  exit 3
+fi
+if ! out=$(@@DNSFWD_BIN@@ --check-allow "$tmp" 2>&1); then
+  printf '%s\n' "${out//"$tmp"/stdin}" >&2
+  echo "✗ the allow list sent is refused: $dest kept (${old:-0} names) — fix it, or the policy it was rendered from, and send it again" >&2
+  exit 3
+fi
+n=${out##*: }
+n=${n%% *}
+chown root:root "$tmp"
+chmod 0644 "$tmp"
+mv -f "$tmp" "$dest"
+trap - EXIT
+if ! systemctl reload-or-restart fy-dnsfwd.service; then
+  echo "✗ installed $dest ($n names, was ${old:-0}), but fy-dnsfwd did not reload — look at: systemctl status fy-dnsfwd.service" >&2
+  exit 4
+fi
+echo "✓ installed $dest ($n names, was ${old:-0}); fy-dnsfwd told to re-read it (SIGHUP)"
 )__";
 
 // ADR-0025's posture: a runsc-default engine for the walled user, behind the
@@ -315,6 +392,22 @@ std::string render_kernel_closures(const BootSpec& s) {
   return t;
 }
 
+std::string render_dns_install(const BootSpec& s) {
+  std::string t(kDnsInstall);
+  replace_all(t, "@@DEST@@", "/etc/fy/dnsfwd-allow.txt");
+  replace_all(t, "@@DNSFWD_BIN@@", shell_quote(s.dnsfwd_bin));
+  return t;
+}
+
+std::string dns_allow_key_line(const BootSpec& s) {
+  static const std::regex key(R"(^([a-z0-9@.-]+) ([A-Za-z0-9+/]+={0,2})$)");
+  std::smatch m;
+  if (!std::regex_match(s.dns_allow_key, m, key)) return "";
+  if (s.dns_install_bin.find_first_of("\"\\ \n") != std::string::npos) return "";
+  return fmt::format("restrict,command=\"{}\" {} {} {}", s.dns_install_bin, m[1].str(), m[2].str(),
+                     kDnsAllowKeyComment);
+}
+
 std::string boot_want(const BootSpec& s) {
   return fmt::format("wall on {}{}", wall_ports(s.port_base), s.gvisor ? " gvisor" : "");
 }
@@ -347,6 +440,13 @@ Rendered render_boot(const BootSpec& s) {
   replace_all(t, "@@MINTER_PORTS@@", fmt::format("{}-{}", s.port_base + 100, s.port_base + 189));
   replace_all(t, "@@FORWARDER_KEY@@", shell_quote(s.forwarder_key));
   replace_all(t, "@@WANT@@", shell_quote(boot_want(s)));
+  replace_all(t, "@@DNS_INSTALL_BIN@@", shell_quote(s.dns_install_bin));
+  replace_all(t, "@@DNS_KEY_COMMENT@@", std::string(kDnsAllowKeyComment));
+  std::string line = dns_allow_key_line(s);
+  replace_all(t, "@@DNS_KEY_LINE@@",
+              line.empty() ? std::string()
+                           : "printf '%s\\n' " + shell_quote(line) + " >>\"$keys.fy.tmp\"\n");
+  replace_all(t, "@@ROOT_LOGIN@@", shell_quote(s.root_login));
   replace_all(t, "@@BRIDGE_WATCH@@",
               s.bridge_watch.empty() ? "" : "watch = " + json_quote(s.bridge_watch) + "\n");
   // Units last: their text is not scanned for placeholders again.
@@ -354,6 +454,7 @@ Rendered render_boot(const BootSpec& s) {
   replace_all(t, "@@GUARD_UNIT@@", unit_body(s.guard_unit));
   replace_all(t, "@@FORWARDER_UNIT@@", unit_body(s.forwarder_unit));
   replace_all(t, "@@DNSFWD_UNIT@@", unit_body(s.dnsfwd_unit));
+  replace_all(t, "@@DNS_INSTALL@@", render_dns_install(s));
   Rendered r;
   r.id = hex(sha256(t)).substr(0, 16);
   r.script = t;

@@ -31,7 +31,32 @@ struct BootSpec {
   // guest says "poll" (there fy-forwarder's events watch aborts in libuv,
   // uv__finish_close, within seconds of its start).
   std::string bridge_watch;
+  // The DNS allow list's channel from the host (fy-machine dns-allow): the
+  // public half of the key fy-machine made for it ("ssh-ed25519 <base64>"),
+  // installed for root with `restrict` and a forced command, the install
+  // below; "" installs no key (and removes an old one).
+  std::string dns_allow_key;
+  std::string dns_install_bin = "/usr/local/libexec/fy-dnsfwd-install";
+  // sshd's PermitRootLogin, in a drop-in read before every other file
+  // (sshd_config.d/00-fy-root.conf; the first value sshd reads wins):
+  // forced-commands-only, so root's only door is a key with a forced command.
+  // The qemu guest says prohibit-password: its image's root key (held by the
+  // host, never in the guest) is the backend's own way in (docs/fy-machine.md).
+  std::string root_login = "forced-commands-only";
 };
+
+// root's authorized_keys line of the allow list's key: restrict, the forced
+// command, and the marker comment the boot script replaces it by; "" when
+// the key is empty or not one "<type> <base64>" pair.
+std::string dns_allow_key_line(const BootSpec& s);
+inline constexpr std::string_view kDnsAllowKeyComment = "fy-machine-dns-allow";
+
+// The forced command (dns_install_bin): reads the new allow list on stdin
+// (under 1 MiB), checks it with `fy-dnsfwd --check-allow`, installs it
+// atomically (root:root 0644) and has fy-dnsfwd re-read it. Exit 0
+// installed, 3 refused (the old list kept; each bad line as stdin:line), 4
+// installed but fy-dnsfwd did not reload.
+std::string render_dns_install(const BootSpec& s);
 
 // What the guest's state file says when the script ran to its end.
 std::string boot_want(const BootSpec& s);

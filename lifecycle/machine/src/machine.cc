@@ -247,8 +247,102 @@ int Machine::ensure() {
       return 1;
     }
   }
+  if (!s_.dns_policy.empty() && dns_allow(s_.dns_policy, "") != 0) {
+    say_(fmt::format("✗ '{}' is up, but its DNS allow list was not sent: in it every name is "
+                     "REFUSED (or the old list holds) until it is.\n  Fix what is said above, then "
+                     "run: fy-machine dns-allow {}",
+                     n, shell_quote(s_.dns_policy)));
+    return 1;
+  }
   say_(fmt::format("✓ '{}' ({}) is ready: {}", n, b_->name(), b_->socket(n)));
   return 0;
+}
+
+int Machine::dns_allow(const std::string& policy, const std::string& file) {
+  const std::string& n = s_.name;
+  if (!cli_ok()) return 1;
+  if (!b_->can_provision()) {
+    say_(fmt::format("✗ {} VMs get no boot provisioning, so no DNS forwarder to send an allow list "
+                     "to — [machine] backend = \"lima\" walls the VM and its DNS.",
+                     b_->name() == "podman" ? "podman machine" : b_->name()));
+    return 1;
+  }
+  State st = b_->state(n);
+  if (st != State::running) {
+    say_(fmt::format("✗ '{}' is {}: the allow list goes to its running fy-dnsfwd — run: fy-machine "
+                     "ensure (with [machine].dns_policy set it sends the list itself)",
+                     n, st == State::absent ? "absent" : state_name(st)));
+    return 1;
+  }
+  // What the walled side can write must not decide what it may resolve: the
+  // repo and the worktrees root are mounted read-write in the VM.
+  std::error_code ec;
+  std::string src = policy.empty() ? file : policy;
+  std::string abs = std::filesystem::weakly_canonical(std::filesystem::absolute(src, ec), ec).string();
+  for (const std::string& d : {s_.repo, s_.wt_root})
+    if (path_within(abs, d)) {
+      say_(fmt::format("✗ {} is inside {}, which '{}' mounts read-write: the walled side could "
+                       "write it and so widen its own DNS. Refused — keep the policy outside the "
+                       "repo and the worktrees (fy-proxy's state dir) and run: fy-machine "
+                       "dns-allow POLICY",
+                       abs, d, n));
+      return 1;
+    }
+  std::string key = s_.state_dir + "/" + std::string(kDnsAllowKeyFile);
+  if (::access(key.c_str(), R_OK) != 0) {
+    say_(fmt::format("✗ no allow-list key for '{}' ({}: {}) — fy-machine ensure makes it and its "
+                     "boot provisioning gives root the public half; a VM provisioned before that "
+                     "needs: fy-machine stop && fy-machine ensure",
+                     n, key, std::strerror(errno)));
+    return 1;
+  }
+  std::string send = file;
+  if (!policy.empty()) {
+    send = s_.state_dir + "/dnsfwd-allow.txt";
+    RunResult r = run(dns_allow_render_argv(s_.dnsfwd_allow_bin, abs, send), 60s);
+    if (r.rc == 127) {
+      say_(fmt::format("✗ {} is not there to render the policy's names — install foldyard's "
+                       "fy-dnsfwd-allow (meson install), set FY_DNSFWD_ALLOW, or render the file "
+                       "yourself and run: fy-machine dns-allow --allow-file FILE",
+                       s_.dnsfwd_allow_bin));
+      return 1;
+    }
+    if (r.rc != 0) {
+      say_(fmt::format("✗ fy-dnsfwd-allow refused the policy {} (exit {}):\n{}\n  The guest's list "
+                       "is unchanged. Fix the policy, then run: fy-machine dns-allow {}",
+                       abs, r.rc, trimmed(r.err), shell_quote(policy)));
+      return 1;
+    }
+    if (!trimmed(r.err).empty()) say_(trimmed(r.err));  // observe/learn mode's warning
+  }
+  std::string cfg, alias;
+  SshConfig t;
+  if (!pin_host_key(3, &cfg, &alias, &t)) return 1;
+  RunResult p = run(dns_allow_push_argv(t, key, s_.state_dir + "/known_hosts", alias), 60s, send);
+  std::string out = trimmed(p.out), err = trimmed(p.err);
+  if (p.rc == 0) {
+    say_(fmt::format("{} (on '{}', from {})", out.empty() ? "✓ sent" : out, n, policy.empty() ? send : abs));
+    return 0;
+  }
+  if (p.rc == 3) {
+    say_(fmt::format("✗ '{}' refused the allow list {} — nothing was installed, its old list is "
+                     "kept:\n{}\n  Fix it{}, then run: fy-machine dns-allow {}",
+                     n, send, name_sent_file(err, send), policy.empty() ? "" : " (the policy it was rendered from)",
+                     policy.empty() ? "--allow-file " + shell_quote(file) : shell_quote(policy)));
+    return 1;
+  }
+  if (p.rc == 255 || p.rc == 127 || p.rc == 124) {
+    say_(fmt::format("✗ cannot reach root's allow-list channel on '{}' ({}) — its boot "
+                     "provisioning installs it (a forced-command key for root); a VM provisioned "
+                     "before that needs: fy-machine stop && fy-machine ensure",
+                     n, err.empty() ? fmt::format("ssh exit {}", p.rc) : first_line(err)));
+    return 1;
+  }
+  say_(fmt::format("✗ the allow list's install on '{}' did not complete (exit {}):\n{}\n  "
+                   "fy-machine stop && fy-machine ensure restarts its fy-dnsfwd, which reads the "
+                   "list at its start",
+                   n, p.rc, err.empty() ? out : err));
+  return 1;
 }
 
 int Machine::status() {

@@ -21,7 +21,16 @@ struct Settings {
   Selection sel;
   BootSpec boot;
   std::string state_dir;  // fy-machine's own files for this VM (the pinned host key)
+  // The proxy policy whose names the guest's fy-dnsfwd may resolve
+  // ([machine].dns_policy, FY_MACHINE_DNS_POLICY): ensure renders and sends
+  // it after the boot. "" sends nothing (the guest's list stays as it is).
+  std::string dns_policy;
+  std::string dnsfwd_allow_bin = "fy-dnsfwd-allow";  // renders a policy's names
 };
+
+// The allow list's channel key in the state dir (ssh-keygen, once per VM;
+// <file>.pub is what the boot provisioning gives root's authorized_keys).
+inline constexpr std::string_view kDnsAllowKeyFile = "dns-allow_ed25519";
 
 // A readiness condition beyond GET /_ping (ADR-0025's runtime probe of the
 // socket filter is one). `ensure` is done only when every check passes.
@@ -49,6 +58,9 @@ class Machine {
   int rm();
   int socket();
   int ssh_target(bool json);
+  // Sends the guest's fy-dnsfwd a new allow list over root's forced-command
+  // channel: rendered from `policy` with fy-dnsfwd-allow, or `file` as it is.
+  int dns_allow(const std::string& policy, const std::string& file);
 
   Backend& backend() { return *b_; }
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <nlohmann/json.hpp>
 
@@ -276,6 +277,50 @@ std::string render_pinned_ssh_config(const std::string& alias, const SshConfig& 
       "  UpdateHostKeys no\n",
       known_hosts, alias);
   return out;
+}
+
+std::vector<std::string> dns_allow_push_argv(const SshConfig& t, const std::string& key,
+                                             const std::string& known_hosts,
+                                             const std::string& alias) {
+  return {"ssh", "-F", "/dev/null", "-i", key,
+          "-o", "IdentitiesOnly=yes", "-o", "IdentityAgent=none",
+          "-o", "PasswordAuthentication=no", "-o", "KbdInteractiveAuthentication=no",
+          "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+          "-o", "UserKnownHostsFile=" + known_hosts, "-o", "GlobalKnownHostsFile=/dev/null",
+          "-o", "HostKeyAlias=" + alias, "-o", "CheckHostIP=no", "-o", "UpdateHostKeys=no",
+          "-o", "ConnectTimeout=10", "-o", "LogLevel=ERROR",
+          "-p", std::to_string(t.port), "root@" + t.hostname, "fy-dnsfwd-install"};
+}
+
+std::vector<std::string> dns_allow_render_argv(const std::string& bin, const std::string& policy,
+                                               const std::string& out) {
+  return {bin, policy, "--out", out};
+}
+
+std::string name_sent_file(std::string_view err, std::string_view file) {
+  std::string out;
+  while (!err.empty()) {
+    size_t nl = err.find('\n');
+    std::string_view l = err.substr(0, nl);
+    err = nl == std::string_view::npos ? std::string_view{} : err.substr(nl + 1);
+    size_t at = l.find("stdin:");
+    if (at != std::string_view::npos && at + 6 < l.size() &&
+        std::isdigit(static_cast<unsigned char>(l[at + 6])))
+      out += std::string(l.substr(0, at)) + std::string(file) + ":" + std::string(l.substr(at + 6));
+    else
+      out += l;
+    if (nl != std::string_view::npos) out += "\n";
+  }
+  return out;
+}
+
+bool path_within(const std::string& path, const std::string& dir) {
+  if (dir.empty()) return false;
+  std::string d = dir;
+  while (d.size() > 1 && d.back() == '/') d.pop_back();
+  if (path == d) return true;
+  return path.size() > d.size() && path.compare(0, d.size(), d) == 0 &&
+         (d == "/" || path[d.size()] == '/');
 }
 
 std::string render_known_hosts(const std::string& alias, const std::vector<HostKey>& keys) {

@@ -117,6 +117,25 @@ std::string render_known_hosts(const std::string& alias, const std::vector<HostK
 std::string ssh_target_json(const std::string& config, const std::string& alias,
                             const SshConfig& c, const std::string& known_hosts);
 
+// ---- the DNS allow list's channel (fy-machine dns-allow) -------------------
+
+// ssh to root at the guest's ssh target with the allow-list key alone (no
+// ssh config, no agent, no other identity: lima's root would take the VM
+// user's key into cloud-init's "login as the user" command), strict host key
+// checking against the pinned file; the list on its stdin. The command is
+// the forced one's name only for the guest's log: sshd runs the forced one.
+std::vector<std::string> dns_allow_push_argv(const SshConfig& target, const std::string& key,
+                                             const std::string& known_hosts,
+                                             const std::string& alias);
+// `fy-dnsfwd-allow POLICY --out FILE`.
+std::vector<std::string> dns_allow_render_argv(const std::string& bin, const std::string& policy,
+                                               const std::string& out);
+// The guest's refusal, its "stdin:LINE:" made "<file>:LINE:" (the file that
+// was sent, on the host).
+std::string name_sent_file(std::string_view guest_err, std::string_view file);
+// `path` is `dir` or below it (both absolute, lexically normalized).
+bool path_within(const std::string& path, const std::string& dir);
+
 // ---- podman machine ---------------------------------------------------------
 
 std::vector<std::string> podman_init_argv(const std::string& podman, const std::string& name,

@@ -61,16 +61,23 @@ bool on_path(const std::string& program) {
   return false;
 }
 
-RunResult run(const std::vector<std::string>& argv, std::chrono::milliseconds timeout) {
+RunResult run(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
+              const std::string& stdin_path) {
   RunResult r;
   if (argv.empty() || !on_path(argv[0])) {
     r.rc = 127;
     r.err = argv.empty() ? "no program" : argv[0] + ": not found";
     return r;
   }
+  int in = ::open(stdin_path.empty() ? "/dev/null" : stdin_path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (in < 0) return {127, "", stdin_path + ": " + std::strerror(errno)};
   int out[2], err[2];
-  if (::pipe2(out, O_CLOEXEC) != 0) return {127, "", std::strerror(errno)};
+  if (::pipe2(out, O_CLOEXEC) != 0) {
+    ::close(in);
+    return {127, "", std::strerror(errno)};
+  }
   if (::pipe2(err, O_CLOEXEC) != 0) {
+    ::close(in);
     ::close(out[0]);
     ::close(out[1]);
     return {127, "", std::strerror(errno)};
@@ -81,13 +88,13 @@ RunResult run(const std::vector<std::string>& argv, std::chrono::milliseconds ti
   pid_t pid = ::fork();
   if (pid == 0) {
     ::setpgid(0, 0);
-    int devnull = ::open("/dev/null", O_RDONLY);
-    if (devnull >= 0) ::dup2(devnull, 0);
+    ::dup2(in, 0);
     ::dup2(out[1], 1);
     ::dup2(err[1], 2);
     ::execvp(cargv[0], cargv.data());
     _exit(127);
   }
+  ::close(in);
   ::close(out[1]);
   ::close(err[1]);
   if (pid < 0) {

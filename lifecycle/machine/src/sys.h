@@ -17,9 +17,11 @@ struct RunResult {
   std::string err;
 };
 
-// Runs argv (argv[0] looked up on PATH) with stdin from /dev/null, collecting
-// stdout and stderr, killing the process group at the deadline. Never throws.
-RunResult run(const std::vector<std::string>& argv, std::chrono::milliseconds timeout);
+// Runs argv (argv[0] looked up on PATH) with stdin from /dev/null (or the
+// file `stdin_path`), collecting stdout and stderr, killing the process group
+// at the deadline. Never throws.
+RunResult run(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
+              const std::string& stdin_path = "");
 
 // argv[0] found on PATH (or an existing executable path).
 bool on_path(const std::string& program);

@@ -1,7 +1,8 @@
 // Prints the rendered boot script (stdout) and its id (stderr) for the given
 // port base and posture, from the source tree's unit files: the shellcheck
 // test's input. With "kernel-closures" instead of a posture, only that
-// fragment (render_kernel_closures): what tests/guest runs in the qemu guest.
+// fragment (render_kernel_closures): what tests/guest runs in the qemu guest;
+// with "dns-install", the allow list's forced command (render_dns_install).
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -31,6 +32,11 @@ int main(int argc, char** argv) {
   s.forwarder_unit = *f;
   s.dnsfwd_unit = *d;
   s.forwarder_key = std::string(64, 'a');
+  if (argc > 3 && std::string(argv[3]) == "dns-install") {
+    std::fputs(fy::machine::render_dns_install(s).c_str(), stdout);
+    return 0;
+  }
+  s.dns_allow_key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFy4ZbJxRenderBootTestKeyOnly0000000000";
   if (argc > 3 && std::string(argv[3]) == "kernel-closures") {
     std::fputs(fy::machine::render_kernel_closures(s).c_str(), stdout);
     return 0;

@@ -37,7 +37,7 @@ class Boot(unittest.TestCase):
     def tearDown(self):
         shutil.rmtree(self.d, ignore_errors=True)
 
-    def check_script(self, text):
+    def check_script(self, text, lima_fields=True):
         p = os.path.join(self.d, "boot.sh")
         with open(p, "w") as f:
             f.write(text)
@@ -47,7 +47,8 @@ class Boot(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stdout)
         fields = set(re.findall(r"\{\{[^}]*\}\}", text))
         self.assertTrue(fields <= {"{{.User}}", "{{.UID}}"}, fields)
-        self.assertIn("{{.User}}", fields)
+        if lima_fields:
+            self.assertIn("{{.User}}", fields)
 
     def test_both_postures_pass_bash_n_and_shellcheck(self):
         for posture in ("", "gvisor"):
@@ -126,6 +127,70 @@ class Boot(unittest.TestCase):
         if not FORWARDER:
             self.skipTest("FY_FORWARDER_BIN is unset (fy-machine built alone, no fy-forwarder); "
                           "the band was checked, --check-config was not run")
+
+    def test_the_allow_lists_forced_command(self):
+        """The forced command of root's allow-list key, alone: bash -n and
+        shellcheck; run here against a stand-in fy-dnsfwd and systemctl, it
+        installs a good list 0644 and reloads, refuses a bad one (stdin:line,
+        exit 3) and an oversized one, and keeps the old list each time."""
+        text, _ = render(41000, "dns-install")
+        self.check_script(text, lima_fields=False)
+        full, _ = render(41000)
+        self.assertIn("<<'__FY_DNS_INSTALL__'\n" + text + "__FY_DNS_INSTALL__\n", full)
+        self.assertIn("restrict,command=\"/usr/local/libexec/fy-dnsfwd-install\" ssh-ed25519 ", full)
+        self.assertIn("PermitRootLogin %s\\n' 'forced-commands-only' >/etc/ssh/sshd_config.d/00-fy-root.conf", full)
+        # Run it, its paths moved under the temp dir.
+        etc = os.path.join(self.d, "etc")
+        os.makedirs(etc)
+        dest = os.path.join(etc, "dnsfwd-allow.txt")
+        with open(dest, "w") as f:
+            f.write("old.example\n")
+        bin_ = os.path.join(self.d, "bin")
+        os.makedirs(bin_)
+        log = os.path.join(self.d, "reloads")
+        with open(os.path.join(bin_, "systemctl"), "w") as f:
+            f.write("#!/bin/sh\necho \"$*\" >>%s\n" % log)
+        # The stand-in checker: one name a line, no spaces (fy-dnsfwd's own reader is
+        # the real one's test: wall_dns, and the qemu guest's).
+        with open(os.path.join(bin_, "fy-dnsfwd"), "w") as f:
+            f.write('#!/bin/sh\n[ "$1" = --check-allow ] || exit 2\n'
+                    'bad=$(grep -n " " "$2" | head -1 | cut -d: -f1)\n'
+                    'if [ -n "$bad" ]; then echo "✗ $2:$bad: not a name" >&2; exit 3; fi\n'
+                    'echo "✓ $2: $(grep -c . "$2") allowed suffix(es)"\n')
+        for x in ("systemctl", "fy-dnsfwd"):
+            os.chmod(os.path.join(bin_, x), 0o755)
+        script = text.replace("dest=/etc/fy/dnsfwd-allow.txt", "dest=" + dest).replace(
+            "'/usr/libexec/fy/fy-dnsfwd'", os.path.join(bin_, "fy-dnsfwd"))
+        sp = os.path.join(self.d, "install")
+        with open(sp, "w") as f:
+            f.write(script)
+        env = dict(os.environ, PATH=bin_ + ":" + os.environ["PATH"])
+
+        def install(data):
+            return subprocess.run(["bash", sp], input=data, capture_output=True, env=env)
+
+        def current():
+            with open(dest) as f:
+                return f.read()
+        r = install(b"github.com\npypi.org\n")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("✓ installed %s (2 names, was 1)" % dest, r.stdout.decode())
+        self.assertEqual(current(), "github.com\npypi.org\n")
+        self.assertEqual(os.stat(dest).st_mode & 0o777, 0o644)
+        with open(log) as f:
+            self.assertEqual(f.read(), "reload-or-restart fy-dnsfwd.service\n")
+        r = install(b"github.com\nnot a name\n")
+        self.assertEqual(r.returncode, 3)
+        self.assertIn("stdin:2:", r.stderr.decode())
+        self.assertIn("refused: %s kept (2 names)" % dest, r.stderr.decode())
+        self.assertEqual(current(), "github.com\npypi.org\n")
+        r = install(b"a.example\n" * (1 << 17))
+        self.assertEqual(r.returncode, 3)
+        self.assertIn("1 MiB or more", r.stderr.decode())
+        self.assertEqual(current(), "github.com\npypi.org\n")
+        self.assertEqual(sorted(os.listdir(etc)), ["dnsfwd-allow.txt"], "no temp file left")
+        with open(log) as f:
+            self.assertEqual(f.read().count("\n"), 1, "a refused list reloads nothing")
 
     def test_shellcheck_catches_a_broken_script(self):
         # The check can fail: a script with an unquoted expansion does not pass.

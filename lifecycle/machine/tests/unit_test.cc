@@ -245,6 +245,91 @@ TEST_CASE("the boot script: fy-dnsfwd's config checked before it is moved in, st
   CHECK(std::find(units.begin(), units.end(), "fy-dnsfwd.service") != units.end());
 }
 
+TEST_CASE("the boot script: root's allow-list channel, a forced command and restrict only") {
+  auto s = spec(41000);
+  s.dnsfwd_bin = "/opt/dns fwd";
+  s.dns_allow_key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKey+/k=";
+  std::string line = dns_allow_key_line(s);
+  CHECK(line ==
+        "restrict,command=\"/usr/local/libexec/fy-dnsfwd-install\" ssh-ed25519 "
+        "AAAAC3NzaC1lZDI1NTE5AAAAIKey+/k= fy-machine-dns-allow");
+  auto r = render_boot(s);
+  std::string t = r.script;
+  auto at = [&](std::string_view x) {
+    size_t p = t.find(x);
+    INFO(x);
+    REQUIRE(p != std::string::npos);
+    return p;
+  };
+  // Only the public half, as one line of root's file, after the old one is dropped.
+  CHECK(at("grep -v ' fy-machine-dns-allow$' \"$keys\" >\"$keys.fy.tmp\" || true\n") <
+        at("printf '%s\\n' '" + line + "' >>\"$keys.fy.tmp\"\n"));
+  CHECK(at("printf '%s\\n' '" + line + "'") < at("mv \"$keys.fy.tmp\" \"$keys\"\n"));
+  // sshd: root only by a forced command, in the drop-in read first, checked.
+  CHECK(at("PermitRootLogin %s\\n' 'forced-commands-only' >/etc/ssh/sshd_config.d/00-fy-root.conf\n") <
+        at("if ! /usr/sbin/sshd -t; then\n"));
+  // The forced command, byte for byte (quoted heredoc), before the key that runs it.
+  std::string inst = render_dns_install(s);
+  CHECK(at("<<'__FY_DNS_INSTALL__'\n" + inst + "__FY_DNS_INSTALL__\n") < at("printf '%s\\n' '" + line));
+  CHECK(inst.find("head -c \"$max\" >\"$tmp\"\n") < inst.find("'/opt/dns fwd' --check-allow \"$tmp\""));
+  CHECK(inst.find("'/opt/dns fwd' --check-allow \"$tmp\"") < inst.find("mv -f \"$tmp\" \"$dest\"\n"));
+  CHECK(inst.find("chown root:root \"$tmp\"\nchmod 0644 \"$tmp\"\n") < inst.find("mv -f \"$tmp\" \"$dest\"\n"));
+  CHECK(inst.find("mv -f \"$tmp\" \"$dest\"\n") < inst.find("systemctl reload-or-restart fy-dnsfwd.service"));
+  CHECK(inst.find("max=1048576\n") != std::string::npos);
+  CHECK(inst.find("dest=/etc/fy/dnsfwd-allow.txt\n") != std::string::npos);
+  CHECK(t.find("@@") == std::string::npos);
+  // The key is an input of the id; no key, no line (and an old one removed).
+  auto n = spec(41000);
+  auto nr = render_boot(n);
+  CHECK(nr.id != r.id);
+  CHECK(nr.script.find(">>\"$keys.fy.tmp\"") == std::string::npos);
+  CHECK(nr.script.find("grep -v ' fy-machine-dns-allow$'") != std::string::npos);
+  // Nothing but "<type> <base64>" becomes a key line (no option or newline smuggled in).
+  for (const char* bad : {"ssh-ed25519 AAAA\nssh-rsa BBBB", "ssh-ed25519 AAAA comment",
+                          "command=\"sh\" ssh-ed25519 AAAA", "ssh-ed25519", ""}) {
+    n.dns_allow_key = bad;
+    INFO(bad);
+    CHECK(dns_allow_key_line(n).empty());
+  }
+  // qemu's image key for root stays usable there (the backend's way in).
+  n.root_login = "prohibit-password";
+  CHECK(render_boot(n).script.find("PermitRootLogin %s\\n' 'prohibit-password'") != std::string::npos);
+}
+
+TEST_CASE("dns-allow: the push's ssh, the refusal's file:line, the mounted folders") {
+  SshConfig t;
+  t.hostname = "127.0.0.1";
+  t.port = 2222;
+  t.user = "fy";
+  t.identity = "/img/id_ed25519";
+  auto a = dns_allow_push_argv(t, "/st/dns-allow_ed25519", "/st/known_hosts", "fy-app");
+  auto has = [&](const std::vector<std::string>& v, std::string_view x) {
+    return std::find(v.begin(), v.end(), x) != v.end();
+  };
+  CHECK(a.front() == "ssh");
+  CHECK(a[1] == "-F");
+  CHECK(a[2] == "/dev/null");  // no config: not the VM user's key, not its IdentityFile
+  CHECK(has(a, "/st/dns-allow_ed25519"));
+  CHECK(!has(a, "/img/id_ed25519"));
+  for (const char* o : {"IdentitiesOnly=yes", "IdentityAgent=none", "BatchMode=yes",
+                        "StrictHostKeyChecking=yes", "UserKnownHostsFile=/st/known_hosts",
+                        "GlobalKnownHostsFile=/dev/null", "HostKeyAlias=fy-app"}) {
+    INFO(o);
+    CHECK(has(a, o));
+  }
+  CHECK(a[a.size() - 2] == "root@127.0.0.1");
+  CHECK(has(a, "2222"));
+  CHECK(dns_allow_render_argv("/b/fy-dnsfwd-allow", "/p.toml", "/st/a.txt") ==
+        std::vector<std::string>{"/b/fy-dnsfwd-allow", "/p.toml", "--out", "/st/a.txt"});
+  CHECK(name_sent_file("✗ stdin:3: 'a b' is not a host name suffix\n✗ refused: kept", "/h/x.txt") ==
+        "✗ /h/x.txt:3: 'a b' is not a host name suffix\n✗ refused: kept");
+  CHECK(name_sent_file("stdin: no line", "/h") == "stdin: no line");
+  CHECK(path_within("/r/repo/p.toml", "/r/repo"));
+  CHECK(path_within("/r/repo", "/r/repo/"));
+  CHECK(!path_within("/r/repo2/p.toml", "/r/repo"));
+  CHECK(!path_within("/r/p.toml", ""));
+}
+
 TEST_CASE("host processes: the machine's name as a whole word of an argument, never inside one") {
   using std::string_literals::operator""s;
   std::string qemu = "qemu-system-x86_64\0-name\0fy-machine:/tmp/x/guest\0-append\0console=ttyS0\0"s;

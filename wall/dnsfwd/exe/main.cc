@@ -18,6 +18,7 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: fy-dnsfwd --config FILE [--check] [--log-level LEVEL]\n"
+    "       fy-dnsfwd --check-allow FILE\n"
     "       fy-dnsfwd --help | --version\n"
     "\n"
     "The guest's DNS forwarder: the machine wall redirects the walled principals'\n"
@@ -29,6 +30,8 @@ constexpr const char* kUsage =
     "\n"
     "  --config FILE      the TOML config (docs/fy-dnsfwd.md)\n"
     "  --check            read and check the config, then exit (0 = good)\n"
+    "  --check-allow FILE read and check an allow file (allow_file's format), exit:\n"
+    "                     0 good, 3 refused (each bad line as FILE:line)\n"
     "  --log-level LEVEL  diagnostics on stderr: debug, info (default), warn, error\n"
     "\n"
     "SIGHUP re-reads the config and its allow_file: the allow list, the rate and\n"
@@ -44,7 +47,7 @@ std::string g_config;
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string config;
+  std::string config, check_allow;
   bool check = false;
   fy::log::Level level = fy::log::Level::info;
   for (int i = 1; i < argc; ++i) {
@@ -59,6 +62,8 @@ int main(int argc, char** argv) {
       config = argv[++i];
     } else if (a == "--check") {
       check = true;
+    } else if (a == "--check-allow" && i + 1 < argc) {
+      check_allow = argv[++i];
     } else if (a == "--log-level" && i + 1 < argc) {
       auto l = fy::log::parse_level(argv[++i]);
       if (!l) {
@@ -70,6 +75,19 @@ int main(int argc, char** argv) {
       fprintf(stderr, "✗ unknown or incomplete option '%s' — see fy-dnsfwd --help\n", a.c_str());
       return 2;
     }
+  }
+  if (!check_allow.empty()) {
+    // The allow file alone, with the daemon's own reader: what the guest's
+    // install (fy-machine dns-allow's forced command) runs before it moves a
+    // new list in, so a list the daemon would refuse on SIGHUP is never
+    // installed.
+    auto names = fy::dnsfwd::read_allow_file(check_allow);
+    if (!names) {
+      fprintf(stderr, "✗ %s\n", names.error().message.c_str());
+      return 3;
+    }
+    printf("✓ %s: %zu allowed suffix(es)\n", check_allow.c_str(), names->size());
+    return 0;
   }
   if (config.empty()) {
     fprintf(stderr, "✗ --config FILE is required — see fy-dnsfwd --help\n");
