@@ -89,19 +89,34 @@ struct Origin {
   }
 };
 
-void finish(uv_loop_t* loop, uint64_t live0) {
-  uv_run(loop, UV_RUN_DEFAULT);  // every close callback, every cancelled lookup
-  CHECK(Stream::live() == live0);
-  CHECK(uv_loop_close(loop) == 0);
+// A case's own loop; finish() runs it dry and checks that every Stream is
+// freed and every handle closed.
+struct Rig {
+  uv_loop_t loop;
+  uint64_t live0 = Stream::live();
+  Rig() { REQUIRE(uv_loop_init(&loop) == 0); }
+  void finish() {
+    uv_run(&loop, UV_RUN_DEFAULT);  // every close callback, every cancelled lookup
+    CHECK(Stream::live() == live0);
+    CHECK(uv_loop_close(&loop) == 0);
+  }
+};
+
+// A target with known addresses.
+OriginDialer::Target to(std::string host, uint16_t port, std::vector<sockaddr_storage> addrs) {
+  OriginDialer::Target t;
+  t.dest = {std::move(host), port};
+  t.port = port;
+  t.addrs = std::move(addrs);
+  return t;
 }
 
 }  // namespace
 
 TEST_CASE("origin dialer: a refused address, then a listening one: connected on the second, the "
           "Stream handed over with its events") {
-  uv_loop_t loop;
-  REQUIRE(uv_loop_init(&loop) == 0);
-  uint64_t live0 = Stream::live();
+  Rig rig;
+  uv_loop_t& loop = rig.loop;
   {
     RefusedPort refused;
     refused.open(&loop);
@@ -110,9 +125,8 @@ TEST_CASE("origin dialer: a refused address, then a listening one: connected on 
     Owner owner;
     Recorder events;
     OriginDialer d(&loop, nullptr, owner, events);
-    OriginDialer::Target t;
-    t.dest = {"127.0.0.1", ntohs(origin.l.addr.sin_port)};
-    t.addrs = {storage(refused.addr), storage(origin.l.addr)};
+    OriginDialer::Target t = to("127.0.0.1", ntohs(origin.l.addr.sin_port),
+                               {storage(refused.addr), storage(origin.l.addr)});
     OriginDialer::Started st = d.start(t);
     CHECK(st.how == How::connecting);
     CHECK(d.dialling());
@@ -138,14 +152,13 @@ TEST_CASE("origin dialer: a refused address, then a listening one: connected on 
     origin.close();
     refused.close();
   }
-  finish(&loop, live0);
+  rig.finish();
 }
 
 TEST_CASE("origin dialer: the attempt clock: next_address() moves on and the last address has no "
           "attempt deadline") {
-  uv_loop_t loop;
-  REQUIRE(uv_loop_init(&loop) == 0);
-  uint64_t live0 = Stream::live();
+  Rig rig;
+  uv_loop_t& loop = rig.loop;
   {
     Origin a, b;
     a.open(&loop);
@@ -153,9 +166,7 @@ TEST_CASE("origin dialer: the attempt clock: next_address() moves on and the las
     Owner owner;
     Recorder events;
     OriginDialer d(&loop, nullptr, owner, events);
-    OriginDialer::Target t;
-    t.dest = {"127.0.0.1", 1};
-    t.addrs = {storage(a.l.addr), storage(b.l.addr)};
+    OriginDialer::Target t = to("127.0.0.1", 1, {storage(a.l.addr), storage(b.l.addr)});
     REQUIRE(d.start(t).how == How::connecting);
     CHECK(d.attempt_started() != 0);
     // The owner's deadline table said the first address had its 2 s.
@@ -175,20 +186,17 @@ TEST_CASE("origin dialer: the attempt clock: next_address() moves on and the las
     a.close();
     b.close();
   }
-  finish(&loop, live0);
+  rig.finish();
 }
 
 TEST_CASE("origin dialer: a dead DNS name fails later with Errc::dns, no Stream left") {
-  uv_loop_t loop;
-  REQUIRE(uv_loop_init(&loop) == 0);
-  uint64_t live0 = Stream::live();
+  Rig rig;
+  uv_loop_t& loop = rig.loop;
   {
     Owner owner;
     Recorder events;
     OriginDialer d(&loop, nullptr, owner, events);
-    OriginDialer::Target t;
-    t.dest = {"fy13d-dead.invalid", 80};
-    t.port = 80;
+    OriginDialer::Target t = to("fy13d-dead.invalid", 80, {});
     REQUIRE(d.start(t).how == How::connecting);
     CHECK(d.dialling());  // the Stream is made before the lookup (bytes may queue on it)
     REQUIRE(run_until(&loop, [&] { return owner.told(); }, 20000));
@@ -197,16 +205,15 @@ TEST_CASE("origin dialer: a dead DNS name fails later with Errc::dns, no Stream 
     CHECK(owner.failure.detail.starts_with("fy13d-dead.invalid does not resolve ("));
     CHECK(!owner.failure.at_once);
     CHECK(!d.dialling());
-    CHECK(Stream::live() == live0);
+    CHECK(Stream::live() == rig.live0);
   }
-  finish(&loop, live0);
+  rig.finish();
 }
 
 TEST_CASE("origin dialer: pooled reuse: an idle pooled connection is handed over at once, to "
           "`events`; without use_pool it is left in the pool") {
-  uv_loop_t loop;
-  REQUIRE(uv_loop_init(&loop) == 0);
-  uint64_t live0 = Stream::live();
+  Rig rig;
+  uv_loop_t& loop = rig.loop;
   {
     OriginPool pool(&loop);
     Recorder c_rec, s_rec;
@@ -218,10 +225,7 @@ TEST_CASE("origin dialer: pooled reuse: an idle pooled connection is handed over
     RefusedPort refused;
     refused.open(&loop);
 
-    OriginDialer::Target t;
-    t.dest = {"origin.example", 80};
-    t.addrs = {storage(refused.addr)};
-    t.use_pool = false;
+    OriginDialer::Target t = to("origin.example", 80, {storage(refused.addr)});
     REQUIRE(d.start(t).how == How::connecting);  // not from the pool
     CHECK(pool.size() == 1);
     REQUIRE(run_until(&loop, [&] { return owner.told(); }));
@@ -247,13 +251,12 @@ TEST_CASE("origin dialer: pooled reuse: an idle pooled connection is handed over
     refused.close();
     pool.close();
   }
-  finish(&loop, live0);
+  rig.finish();
 }
 
 TEST_CASE("origin dialer: no descriptor to spare fails at once (out_of_files), with no Stream") {
-  uv_loop_t loop;
-  REQUIRE(uv_loop_init(&loop) == 0);
-  uint64_t live0 = Stream::live();
+  Rig rig;
+  uv_loop_t& loop = rig.loop;
   {
     Origin origin;
     origin.open(&loop);
@@ -261,9 +264,7 @@ TEST_CASE("origin dialer: no descriptor to spare fails at once (out_of_files), w
     owner.spare = false;
     Recorder events;
     OriginDialer d(&loop, nullptr, owner, events);
-    OriginDialer::Target t;
-    t.dest = {"127.0.0.1", 1};
-    t.addrs = {storage(origin.l.addr)};
+    OriginDialer::Target t = to("127.0.0.1", 1, {storage(origin.l.addr)});
     OriginDialer::Started st = d.start(t);
     CHECK(st.how == How::failed_now);
     CHECK(st.failure.kind == Errc::io);
@@ -271,7 +272,7 @@ TEST_CASE("origin dialer: no descriptor to spare fails at once (out_of_files), w
     CHECK(st.failure.at_once);
     CHECK(st.failure.detail == "no file descriptor to spare for the origin");
     CHECK(!d.dialling());
-    CHECK(Stream::live() == live0 + 1);  // the one being closed
+    CHECK(Stream::live() == rig.live0 + 1);  // the one being closed
     d.cancel();
     CHECK(d.dial_started() == 0);
     run_for(&loop, 50);
@@ -279,22 +280,19 @@ TEST_CASE("origin dialer: no descriptor to spare fails at once (out_of_files), w
     CHECK(origin.accepted == nullptr);
     origin.close();
   }
-  finish(&loop, live0);
+  rig.finish();
 }
 
 TEST_CASE("origin dialer: cancelled while connecting (or destroyed): no callback, the Stream "
           "freed") {
-  uv_loop_t loop;
-  REQUIRE(uv_loop_init(&loop) == 0);
-  uint64_t live0 = Stream::live();
+  Rig rig;
+  uv_loop_t& loop = rig.loop;
   {
     Origin origin;
     origin.open(&loop);
     Owner owner;
     Recorder events;
-    OriginDialer::Target t;
-    t.dest = {"127.0.0.1", 1};
-    t.addrs = {storage(origin.l.addr)};
+    OriginDialer::Target t = to("127.0.0.1", 1, {storage(origin.l.addr)});
     {
       OriginDialer d(&loop, nullptr, owner, events);
       REQUIRE(d.start(t).how == How::connecting);
@@ -312,23 +310,21 @@ TEST_CASE("origin dialer: cancelled while connecting (or destroyed): no callback
     run_for(&loop, 100);
     CHECK(!owner.told());
     CHECK(events.readies + events.errors + events.closes == 0);
-    CHECK(Stream::live() == live0 + origin.all.size());  // the origin's side only
+    CHECK(Stream::live() == rig.live0 + origin.all.size());  // the origin's side only
     origin.close();
   }
-  finish(&loop, live0);
+  rig.finish();
 }
 
 TEST_CASE("origin dialer: cancelled while resolving (or destroyed): the lookup outlives it and "
           "its callback reaches nobody") {
-  uv_loop_t loop;
-  REQUIRE(uv_loop_init(&loop) == 0);
-  uint64_t live0 = Stream::live();
+  Rig rig;
+  uv_loop_t& loop = rig.loop;
   {
     Owner owner;
     Recorder events;
-    OriginDialer::Target t;
-    t.dest = {"localhost", 1};  // /etc/hosts: answered (or cancelled) on the threadpool
-    t.port = 1;
+    // /etc/hosts: answered (or cancelled) on the threadpool.
+    OriginDialer::Target t = to("localhost", 1, {});
     OriginDialer d(&loop, nullptr, owner, events);
     REQUIRE(d.start(t).how == How::connecting);
     d.cancel();
@@ -342,5 +338,5 @@ TEST_CASE("origin dialer: cancelled while resolving (or destroyed): the lookup o
     uv_run(&loop, UV_RUN_DEFAULT);
     CHECK(!owner.told());
   }
-  finish(&loop, live0);
+  rig.finish();
 }
