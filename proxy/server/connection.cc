@@ -1,6 +1,5 @@
 #include "proxy/server/connection.h"
 
-#include <netdb.h>
 #include <openssl/ssl.h>
 
 #include <cstring>
@@ -24,14 +23,6 @@
 
 namespace fy::proxy {
 
-// A DNS lookup outlives its connection when the connection closes first: the
-// connection clears `conn`, and the callback then only frees the query.
-struct DnsQuery {
-  uv_getaddrinfo_t req;
-  Connection* conn = nullptr;
-  static void on_done(uv_getaddrinfo_t* req, int status, struct addrinfo* res);
-};
-
 namespace {
 
 constexpr size_t kMaxStash = 64 * 1024;
@@ -48,20 +39,11 @@ log::RateLimit g_setup_timeout_log(20, 10'000);
 
 }  // namespace
 
-void DnsQuery::on_done(uv_getaddrinfo_t* req, int status, struct addrinfo* res) {
-  auto* q = static_cast<DnsQuery*>(req->data);
-  if (q->conn) {
-    q->conn->dns_ = nullptr;
-    q->conn->on_resolved(status, res);
-  }
-  if (res) uv_freeaddrinfo(res);
-  delete q;
-}
-
 Connection::Connection(Server& srv, uint64_t id)
     : srv_(srv),
       id_(id),
       client_(srv.loop(), this),
+      dialer_(srv.loop(), &srv.origin_pool(), *this, *this),
       req_reader_(req_limits()),
       req_parser_(HTTP_REQUEST, req_limits()),
       resp_reader_(resp_limits()),
@@ -115,7 +97,7 @@ void Connection::on_eof(Stream& s) {
     client_eof_ = true;
     switch (mode_) {
       case Mode::tunnel:
-        if (origin_) origin_->shutdown();
+        if (Stream* o = origin_out()) o->shutdown();
         finish_tunnel_if_done();
         return;
       case Mode::lingering: close("client closed"); return;
@@ -177,20 +159,8 @@ void Connection::on_error(Stream& s, Errc kind, const std::string& detail) {
     close("client error");
     return;
   }
-  if (kind == Errc::connect && !origin_ready_ && next_addr_ < addrs_.size()) {
-    origin_last_error_ = detail;
-    retire_origin_keep_addrs();
-    connect_next();
-    return;
-  }
-  if (kind == Errc::tls && s.verify_failure()) {
-    ++srv_.metrics().tls_origin_verify_failures;
-    origin_failed(Errc::tls,
-                  s.verify_failure()->reason + " (the origin's certificate for " +
-                      origin_dest_.host + " is not trusted)",
-                  netlog::ErrorKind::tls_verify);
-    return;
-  }
+  // The connected origin (a dialled one's errors are the dialer's until it
+  // is handed over: on_dial_failed).
   origin_failed(kind, detail);
 }
 
@@ -203,8 +173,16 @@ void Connection::on_ready(Stream& s) {
     arm_timer();
     return;
   }
-  origin_ready_ = true;
-  dial_start_ms_ = 0;
+  // The origin's on_ready comes to the dialer (on_dialed).
+}
+
+// The descriptors beyond one a client are kept for origins and the proxy's
+// own files: a dial that would eat into the reserve is refused (the dialer
+// reports it as out_of_files) before anything else runs short.
+bool Connection::descriptor_spare() { return !srv_.descriptors_short(); }
+
+void Connection::on_dialed(Stream& s) {
+  origin_ = &s;
   touch();  // an exchange's silence clock starts at the connect
   if (origin_tls_) ++srv_.metrics().tls_origin_handshakes;
   if (mode_ == Mode::tunnel) origin_ready_ms_ = uv_now(srv_.loop());
@@ -252,15 +230,13 @@ void Connection::on_client_bytes(const ChunkRef& c, const char* p, size_t n) {
     case Mode::tunnel:
       tunnel_up_ += n;
       if (origin_) {
-        if (!origin_ready_ && tunnel_ != TunnelKind::upgrade) {
-          // Still connecting: kept until on_ready, within the same bound as
-          // a write queue.
-          hello_.append(p, n);
-          if (hello_.size() > Stream::kHighWater) pause_client(kPeerFull);
-        } else {
-          origin_->write(c, p, n);
-          if (origin_->above_high()) pause_client(kPeerFull);
-        }
+        origin_->write(c, p, n);
+        if (origin_->above_high()) pause_client(kPeerFull);
+      } else if (dialer_.dialling()) {
+        // Still connecting (never an upgrade: its origin answered the 101):
+        // kept until on_dialed, within the same bound as a write queue.
+        hello_.append(p, n);
+        if (hello_.size() > Stream::kHighWater) pause_client(kPeerFull);
       }
       return;
     case Mode::hello: on_hello_bytes(p, n); return;
@@ -316,13 +292,13 @@ void Connection::process_client(const ChunkRef& c, const char* p, size_t n) {
     if (*used > 0) {
       ex_.row.bytes_up += *used;
       ex_.body_sent = true;
-      if (origin_) origin_->write(c, p, *used);
+      if (Stream* o = origin_out()) o->write(c, p, *used);
       if (ex_.replay && ex_.injected && !ex_.replayed && !ex_.body_unkept) keep_body(p, *used);
       p += *used;
       n -= *used;
     }
     if (req_parser_.message_complete()) on_request_complete();
-    if (origin_ && origin_->above_high()) pause_client(kPeerFull);
+    if (Stream* o = origin_out(); o && o->above_high()) pause_client(kPeerFull);
   }
   // A CONNECT (or a lingering answer) changed the mode mid-read: the rest of
   // these bytes belong to the tunnel (e.g. a ClientHello sent with the CONNECT).
@@ -805,18 +781,21 @@ void Connection::forward_request(const HostPort& dest, policy::Kind kind, std::s
                                  const std::string* token) {
   bool tls = kind == policy::Kind::https;
   eager_dial_ = false;  // this request takes the eager dial, or dials its own
-  if (!early_failure_.empty() && !origin_) {
+  if (!early_failure_.empty() && !origin_out()) {
     std::string reason;
     reason.swap(early_failure_);
     fail_exchange(early_failure_kind_, reason, connect_dest_.authority());
     return;
   }
-  bool reuse = origin_ && !origin_->closing() && !origin_eof_ && origin_dest_ == dest &&
-               origin_tls_ == tls;
+  // An origin still being dialled serves too (the eager dial of a decrypted
+  // tunnel): the head waits in its queue until it connects.
+  Stream* o = origin_out();
+  bool reuse = o && !o->closing() && !origin_eof_ && origin_dest_ == dest && origin_tls_ == tls;
   if (!reuse) {
     dial(dest, tls, /*use_pool=*/true);
     if (closing_) return;
-    if (!origin_) {
+    o = origin_out();
+    if (!o) {
       // The dial failed at once (no descriptor to spare, no address that
       // takes a connect): the failure is answered on the next turn. Until
       // then the rest of this request (its body, a pipelined one) is held,
@@ -860,13 +839,13 @@ void Connection::forward_request(const HostPort& dest, policy::Kind kind, std::s
   ex_.sent_head.clear();
   http::build_request_head(ex_.sent_head, req_head_, out);
   for (auto& [name, value] : out.set) value.assign(value.size(), '\0');
-  origin_->write(ex_.sent_head);
+  o->write(ex_.sent_head);
   if (ex_.replayed && !ex_.kept_body.empty()) {
     // Exactly the body bytes the first attempt sent, framing included.
-    origin_->write(ex_.kept_body.bytes());
+    o->write(ex_.kept_body.bytes());
     ex_.kept_body.release();
     ex_.body_sent = true;
-    if (origin_->above_high()) pause_client(kPeerFull);
+    if (o->above_high()) pause_client(kPeerFull);
   }
   resp_parser_.expect_response_to(req_head_.method_id);
   resp_ = Resp::head;
@@ -1105,160 +1084,84 @@ void Connection::on_response_complete() {
 
 void Connection::dial(const HostPort& dest, bool tls, bool use_pool) {
   retire_origin(/*reusable=*/true);
-  if (!tls && use_pool) {
-    if (Stream* pooled = srv_.origin_pool().take(dest.authority(), this)) {
-      origin_ = pooled;
-      origin_dest_ = dest;
-      origin_tls_ = false;
-      origin_ready_ = true;
-      origin_eof_ = false;
-      origin_fresh_ = false;
-      origin_pause_ = 0;
-      origin_last_error_.clear();
-      dial_start_ms_ = 0;
-      return;
-    }
-  }
-  origin_ = new Stream(srv_.loop(), this);
   origin_dest_ = dest;
   origin_tls_ = tls;
-  origin_ready_ = false;
   origin_eof_ = false;
-  origin_fresh_ = true;
   origin_pause_ = 0;
-  addrs_.clear();
-  next_addr_ = 0;
-  origin_last_error_.clear();
-  if (tls)
-    origin_->set_tls_client(srv_.client_ctx(), dest.host, srv_.origin_sessions(), dest.authority());
-  dial_start_ms_ = uv_now(srv_.loop());
-  arm_timer();
-
+  OriginDialer::Target t;
+  t.dest = dest;
+  t.tls = tls;
+  t.use_pool = use_pool;
   auto [ip, port] = srv_.resolve_target(dest);
-  dial_port_ = port;
+  t.port = port;
   if (!ip.empty()) {
     sockaddr_storage ss;
     socklen_t len;
     make_sockaddr(ip, port, &ss, &len);
-    addrs_.push_back(ss);
-    connect_next();
+    t.addrs.push_back(ss);
+  }
+  if (tls) {
+    t.tls_ctx = srv_.client_ctx();
+    t.sessions = srv_.origin_sessions();
+  }
+  OriginDialer::Started st = dialer_.start(t);
+  if (st.how == OriginDialer::How::pooled) {
+    origin_ = st.pooled;
+    origin_fresh_ = false;
     return;
   }
-  auto* q = new DnsQuery;
-  q->conn = this;
-  q->req.data = q;
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_ADDRCONFIG;
-  int rc = uv_getaddrinfo(srv_.loop(), &q->req, DnsQuery::on_done, dest.host.c_str(), nullptr,
-                          &hints);
-  if (rc != 0) {
-    delete q;
-    defer_origin_failure(Errc::dns, uv::error_string(rc));
-    return;
-  }
-  dns_ = q;
+  origin_fresh_ = true;
+  arm_timer();  // the connect deadline
+  if (st.how == OriginDialer::How::failed_now) on_dial_failed(std::move(st.failure));
 }
 
 void Connection::defer_origin_failure(Errc kind, std::string detail) {
-  // dial() and connect_next() are called from inside request handling: a
-  // failure is reported on the next loop turn, never from inside them (the
-  // answer it leads to resets the exchange the caller is still building).
+  // dial() and the dialer's fallbacks are called from inside request
+  // handling: a failure is reported on the next loop turn, never from inside
+  // them (the answer it leads to resets the exchange the caller is still
+  // building).
   deferred_failure_ = std::move(detail);
   deferred_failure_kind_ = kind;
   arm_timer();
 }
 
-void Connection::on_resolved(int status, addrinfo* res) {
-  if (status != 0 || !res) {
-    origin_failed(Errc::dns, fmt::format("{} does not resolve ({})", origin_dest_.host,
-                                         uv_strerror(status)));
+void Connection::on_dial_failed(DialFailure f) {
+  if (f.out_of_files) {
+    // The connection limit admits a client per descriptor, so idle clients
+    // can hold them all: answered 503 (fail_exchange), counted.
+    ++srv_.metrics().dials_out_of_files;
+    out_of_files_ = true;
+    f.detail = fmt::format("{} (open-file limit {}, {} clients open)", f.detail,
+                           srv_.open_files_limit(), srv_.open_connections());
+  }
+  if (f.at_once) {
+    defer_origin_failure(f.kind, std::move(f.detail));
     return;
   }
-  for (addrinfo* ai = res; ai; ai = ai->ai_next) {
-    if (ai->ai_family != AF_INET && ai->ai_family != AF_INET6) continue;
-    sockaddr_storage ss{};
-    memcpy(&ss, ai->ai_addr, ai->ai_addrlen);
-    reinterpret_cast<sockaddr_in*>(&ss)->sin_port = htons(dial_port_);  // same offset in v6
-    addrs_.push_back(ss);
-    if (addrs_.size() >= 8) break;
-  }
-  if (addrs_.empty()) {
-    origin_failed(Errc::dns, origin_dest_.host + " has no IPv4 or IPv6 address");
+  if (f.kind == Errc::tls && f.verify) {
+    ++srv_.metrics().tls_origin_verify_failures;
+    origin_failed(Errc::tls,
+                  f.verify->reason + " (the origin's certificate for " + origin_dest_.host +
+                      " is not trusted)",
+                  netlog::ErrorKind::tls_verify);
     return;
   }
-  connect_next();
+  origin_failed(f.kind, f.detail);
 }
 
-void Connection::connect_next() {
-  // Tries the addresses in order: one that fails at once (no route, a
-  // refused family) moves on to the next; one that does not answer within
-  // kAttemptMs moves on too while others remain (handle_timer).
-  while (next_addr_ < addrs_.size()) {
-    if (!origin_) {
-      origin_ = new Stream(srv_.loop(), this);
-      if (origin_tls_)
-        origin_->set_tls_client(srv_.client_ctx(), origin_dest_.host, srv_.origin_sessions(),
-                                origin_dest_.authority());
-    }
-    const sockaddr_storage& ss = addrs_[next_addr_++];
-    // The descriptors beyond one a client are kept for origins and the
-    // proxy's own files: a dial that would eat into the reserve is refused
-    // as if the kernel had (UV_EMFILE), before anything else runs short.
-    bool spare = !srv_.descriptors_short();
-    int rc = spare ? origin_->connect(reinterpret_cast<const sockaddr*>(&ss)) : UV_EMFILE;
-    if (rc == 0) {
-      attempt_start_ms_ = uv_now(srv_.loop());
-      return;
-    }
-    if (rc == UV_EMFILE || rc == UV_ENFILE) {
-      // Out of descriptors (the connection limit admits a client per
-      // descriptor, so idle clients can hold them all): the proxy's own
-      // condition, not the origin's, and no other address fares better.
-      ++srv_.metrics().dials_out_of_files;
-      out_of_files_ = true;
-      retire_origin_keep_addrs();
-      defer_origin_failure(
-          Errc::io,
-          fmt::format("{} (open-file limit {}, {} clients open)",
-                      spare ? fmt::format("out of file descriptors ({})", uv::error_string(rc))
-                            : std::string("no file descriptor to spare for the origin"),
-                      srv_.open_files_limit(), srv_.open_connections()));
-      return;
-    }
-    origin_last_error_ = fmt::format("{}: {}", sockaddr_string(reinterpret_cast<const sockaddr*>(&ss)),
-                                     uv::error_string(rc));
-    retire_origin_keep_addrs();
+void Connection::retire_origin(bool reusable) {
+  dialer_.cancel();
+  // An idle, healthy cleartext origin connection goes to the pool for the
+  // next client; anything else is closed.
+  if (reusable && origin_ && !origin_tls_ && !origin_eof_ && !origin_->closing() &&
+      resp_ == Resp::none && origin_->queued() == 0 && mode_ != Mode::tunnel) {
+    srv_.origin_pool().put(origin_dest_.authority(), origin_);
+    origin_ = nullptr;
   }
-  defer_origin_failure(Errc::connect, origin_last_error_);
-}
-
-void Connection::retire_origin_keep_addrs() {
   if (origin_) {
     origin_->close_and_delete();
     origin_ = nullptr;
   }
-  origin_ready_ = false;
-}
-
-void Connection::retire_origin(bool reusable) {
-  if (dns_) {
-    dns_->conn = nullptr;
-    uv_cancel(reinterpret_cast<uv_req_t*>(&dns_->req));
-    dns_ = nullptr;
-  }
-  // An idle, healthy cleartext origin connection goes to the pool for the
-  // next client; anything else is closed.
-  if (reusable && origin_ && origin_ready_ && !origin_tls_ && !origin_eof_ &&
-      !origin_->closing() && resp_ == Resp::none && origin_->queued() == 0 &&
-      mode_ != Mode::tunnel) {
-    srv_.origin_pool().put(origin_dest_.authority(), origin_);
-    origin_ = nullptr;
-    origin_ready_ = false;
-  }
-  retire_origin_keep_addrs();
-  dial_start_ms_ = 0;
   origin_pause_ = 0;
   resume_client(kPeerFull);
 }
@@ -1273,10 +1176,11 @@ bool Connection::retry_on_fresh_origin() {
   std::string head;
   head.swap(ex_.sent_head);
   dial(ex_.dest, origin_tls_, /*use_pool=*/false);
-  if (closing_ || !origin_) return true;
+  Stream* o = origin_out();
+  if (closing_ || !o) return true;
   origin_fresh_ = false;
   ex_.sent_head = head;
-  origin_->write(head);
+  o->write(head);
   resp_reader_.reset();
   return true;
 }
@@ -1300,7 +1204,7 @@ void Connection::origin_failed(Errc kind, const std::string& detail,
   retire_origin();
   if (mode_ == Mode::tunnel) {
     ex_.row.error = reason;
-    origin_last_error_ = reason;
+    tunnel_error_ = reason;
     close("the tunnel's origin failed");
     return;
   }
@@ -1325,7 +1229,7 @@ void Connection::origin_failed(Errc kind, const std::string& detail,
 
 void Connection::fail_exchange(Errc kind, const std::string& reason, const std::string& dest) {
   ex_.row.error = reason;
-  // Out of descriptors (connect_next) is the proxy's own failure: 503, the
+  // Out of descriptors (the dialer's out_of_files) is the proxy's own failure: 503, the
   // request may be retried.
   answers::Reply r = kind == Errc::timeout ? answers::upstream_timeout(dest, reason)
                      : out_of_files_        ? answers::out_of_files(dest, reason)
@@ -1440,7 +1344,7 @@ void Connection::write_tunnel_row() {
   row.duration_ms = static_cast<int64_t>(uv_now(srv_.loop()) - tunnel_start_ms_);
   row.bytes_up = tunnel_up_;
   row.bytes_down = tunnel_down_;
-  row.error = origin_last_error_;
+  row.error = tunnel_error_.empty() ? dialer_.last_error() : tunnel_error_;
   if (tunnel_ == TunnelKind::upgrade) {
     row.method = ex_.row.method;
     row.path = ex_.row.path;
@@ -1513,13 +1417,13 @@ void Connection::resume_client(uint8_t reason) {
 
 void Connection::pause_origin(uint8_t reason) {
   origin_pause_ |= reason;
-  if (origin_) origin_->pause();
+  if (Stream* o = origin_out()) o->pause();
 }
 
 void Connection::resume_origin(uint8_t reason) {
   if (!(origin_pause_ & reason)) return;
   origin_pause_ &= static_cast<uint8_t>(~reason);
-  if (origin_pause_ == 0 && origin_ && !closing_) origin_->resume();
+  if (Stream* o = origin_out(); origin_pause_ == 0 && o && !closing_) o->resume();
 }
 
 void Connection::linger() {
@@ -1543,7 +1447,7 @@ void Connection::linger() {
 void Connection::finish_tunnel_if_done() {
   if (!client_eof_ || !origin_eof_) return;
   if (!client_.shutdown_done()) return;
-  if (origin_ && !origin_->shutdown_done()) return;
+  if (Stream* o = origin_out(); o && !o->shutdown_done()) return;
   close("tunnel finished");
 }
 
@@ -1555,10 +1459,8 @@ ConnTimes Connection::times() const {
   t.deferred = !deferred_failure_.empty() || replay_pending_;
   t.exchange = ex_.active;
   t.waiting_credential = cred_ticket_ != 0;
-  t.dial_start = dial_start_ms_;
-  if (dial_start_ms_ && attempt_start_ms_ && origin_ && !origin_->connected() &&
-      next_addr_ < addrs_.size())
-    t.attempt_start = attempt_start_ms_;
+  t.dial_start = dialer_.dial_started();
+  t.attempt_start = dialer_.attempt_started();
   t.head_start = head_start_ms_;
   t.last_io = last_io_ms_;
   t.mode_start = mode_start_ms_;
@@ -1616,7 +1518,7 @@ void Connection::setup_timed_out(Phase phase) {
                log::ConnId{id_}, connect_dest_.authority(), phase_name(phase), what);
   std::string error = "timeout: " + what;
   if (mode_ == Mode::tunnel) {
-    origin_last_error_ = error;  // close() writes the tunnel's row with it
+    tunnel_error_ = error;  // close() writes the tunnel's row with it
   } else {
     begin_row("CONNECT");
     ex_.row.host = connect_dest_.key(443);
@@ -1668,12 +1570,12 @@ void Connection::handle_timer() {
         }
       }
       break;
-    case Phase::next_address:
+    case Phase::next_address: {
       // This address does not answer: try the next one while time remains.
-      origin_last_error_ = "no answer within 2 s";
-      retire_origin_keep_addrs();
-      connect_next();
+      OriginDialer::Started st = dialer_.next_address();
+      if (st.how == OriginDialer::How::failed_now) on_dial_failed(std::move(st.failure));
       break;
+    }
     case Phase::connect:
       origin_failed(Errc::timeout,
                     fmt::format("connecting to {} took longer than {} s",
@@ -1728,7 +1630,7 @@ void Connection::rejudge(int64_t now_ms) {
   o.exchange = ex_.active;
   o.exchange_dest = ex_.dest;
   o.exchange_kind = ex_.kind;
-  o.origin = origin_ ? &origin_dest_ : nullptr;
+  o.origin = origin_out() ? &origin_dest_ : nullptr;
   o.origin_tls = origin_tls_;
   o.now_ms = now_ms;
   admission::Decision d = admission::decide_open(o, srv_.policy());
@@ -1745,7 +1647,7 @@ void Connection::rejudge(int64_t now_ms) {
     ex_.row.error = std::string("closed: ") + why;
     write_exchange_row();
   }
-  if (mode_ == Mode::tunnel) origin_last_error_ = std::string("closed: ") + why;
+  if (mode_ == Mode::tunnel) tunnel_error_ = std::string("closed: ") + why;
   close(why);
 }
 
@@ -1765,12 +1667,8 @@ void Connection::close(std::string_view why) {
   log::debug("{} closing: {}", log::ConnId{id_}, why);
   if (mode_ == Mode::tunnel) write_tunnel_row();
   srv_.unlink(this);
-  if (dns_) {
-    dns_->conn = nullptr;
-    uv_cancel(reinterpret_cast<uv_req_t*>(&dns_->req));
-    dns_ = nullptr;
-  }
-  if (origin_) retire_origin(/*reusable=*/!ex_.active);
+  if (origin_out()) retire_origin(/*reusable=*/!ex_.active);
+  dialer_.cancel();  // a lookup or a dial that failed at once holds no Stream
   if (cred_ticket_) {
     srv_.credentials().cancel(cred_ticket_);
     cred_ticket_ = 0;

@@ -17,10 +17,16 @@
 // applies the Decision and records it (metrics, log lines, Network Log rows).
 // The texts it answers with are the answers catalogue's (proxy/http/answers.h).
 //
+// The origin side up to a connected Stream (pool lookup, DNS, the address
+// list and its attempts) is the OriginDialer's (origin_dialer.h); this class
+// implements its DialOwner, keeps the deferral of a dial that failed at once
+// (reported by its timer) and owns the origin Stream once it is handed over.
+//
 // Ownership: the Server allocates a Connection per accepted socket. The
-// Connection owns its client Stream and timer by value and its origin Stream
-// by pointer (a retired origin closes and frees itself). close() is the one
-// kill point; the object frees itself after the last close callback.
+// Connection owns its client Stream, timer and dialer by value and its origin
+// Stream by pointer once connected (a retired origin closes and frees
+// itself; one still being dialled is the dialer's). close() is the one kill
+// point; the object frees itself after the last close callback.
 #pragma once
 
 #include <uv.h>
@@ -41,11 +47,11 @@
 #include "proxy/policy/admission.h"
 #include "proxy/policy/pattern.h"
 #include "proxy/server/deadline.h"
+#include "proxy/server/origin_dialer.h"
 
 namespace fy::proxy {
 
 class Server;
-struct DnsQuery;
 
 // A request body kept for a 401 replay, counted in a proxy-wide total that it
 // keeps exact: whatever way it is dropped (release, reassignment, the
@@ -95,9 +101,8 @@ class KeptBody {
   uint64_t* total_ = nullptr;
 };
 
-class Connection final : public StreamHandler {
+class Connection final : public StreamHandler, private DialOwner {
  public:
-  friend struct DnsQuery;
   Connection(Server& srv, uint64_t id);
   ~Connection() override;
 
@@ -139,6 +144,12 @@ class Connection final : public StreamHandler {
   void on_drain(Stream& s) override;
   void on_shutdown(Stream& s) override;
   void on_closed(Stream& s) override;
+
+  // DialOwner (the dialer's callbacks come from the loop, never from inside
+  // dial()).
+  bool descriptor_spare() override;
+  void on_dialed(Stream& s) override;
+  void on_dial_failed(DialFailure f) override;
 
   // Client side.
   void on_client_bytes(const ChunkRef& c, const char* p, size_t n);
@@ -183,17 +194,18 @@ class Connection final : public StreamHandler {
   void on_origin_bytes(const ChunkRef& c, const char* p, size_t n);
   void on_response_head(std::string_view head);
   void on_response_complete();
-  // Connects origin_ to dest (with TLS when `tls`). `use_pool`: an idle
-  // pooled cleartext connection may serve (HTTP requests only, never a tunnel).
-  // Failures arrive later (origin_failed), never from inside dial().
+  // Dials dest (with TLS when `tls`) through dialer_; a pooled connection
+  // becomes origin_ at once. `use_pool`: an idle pooled cleartext connection
+  // may serve (HTTP requests only, never a tunnel). Failures arrive later
+  // (origin_failed), never from inside dial().
   void dial(const HostPort& dest, bool tls, bool use_pool = false);
   void defer_origin_failure(Errc kind, std::string detail);
-  void on_resolved(int status, struct addrinfo* res);
-  void connect_next();
-  // Drops the origin connection: into the pool when `reusable` and it is
-  // idle, healthy and cleartext; closed otherwise.
+  // The origin Stream bytes go to: the connected one, else the one being
+  // dialled (the dialer's, borrowed until its next callback); null for none.
+  Stream* origin_out() const { return origin_ ? origin_ : dialer_.stream(); }
+  // Drops the origin connection (and cancels a dial): into the pool when
+  // `reusable` and it is idle, healthy and cleartext; closed otherwise.
   void retire_origin(bool reusable = false);
-  void retire_origin_keep_addrs();
   // `row_kind`: the Network Log's kind when it is not `kind`'s own (a
   // certificate refused is Errc::tls, written tls_verify).
   void origin_failed(Errc kind, const std::string& detail,
@@ -242,9 +254,9 @@ class Connection final : public StreamHandler {
   Server& srv_;
   uint64_t id_;
   Stream client_;
-  Stream* origin_ = nullptr;
+  Stream* origin_ = nullptr;  // connected (or pooled); owned
+  OriginDialer dialer_;
   uv_timer_t timer_;
-  DnsQuery* dns_ = nullptr;
   int pending_closes_ = 0;
   bool closing_ = false;
   bool accepted_ = false;
@@ -264,7 +276,6 @@ class Connection final : public StreamHandler {
   uint64_t mode_start_ms_ = 0;  // hello / handshake / lingering / tunnel start
   uint64_t setup_start_ms_ = 0;  // a CONNECT's 200: hello and handshake count from it
   uint64_t origin_ready_ms_ = 0;  // a blind tunnel's origin connected (first_bytes counts from it)
-  uint64_t dial_start_ms_ = 0;  // 0: not dialling
 
   // Destination of a CONNECT (decrypted, cleartext or tunnelled inside it).
   bool in_connect_ = false;
@@ -302,13 +313,13 @@ class Connection final : public StreamHandler {
   // The origin.
   HostPort origin_dest_;
   bool origin_tls_ = false;
-  bool origin_ready_ = false;
   bool origin_fresh_ = true;  // no exchange has used it yet
   bool out_of_files_ = false;  // the dial found no descriptor to spare: 503, not 502
-  std::vector<sockaddr_storage> addrs_;
-  size_t next_addr_ = 0;
-  uint16_t dial_port_ = 0;
-  std::string origin_last_error_;
+  // The tunnel's Network Log error when the connection ended it (its origin
+  // failed, a setup phase ran out, the policy closed it); when empty, the
+  // row carries the dialer's last connect error, as it always has (one
+  // variable held both before the dialer was split out).
+  std::string tunnel_error_;
   // The eager dial of a decrypted tunnel (started while the client
   // handshakes) is the origin the first request will use; until that request
   // is forwarded, the dial's failure is kept for it in early_failure_. An
@@ -318,7 +329,6 @@ class Connection final : public StreamHandler {
   std::string early_failure_;  // the eager dial of a decrypted tunnel failed
   std::string deferred_failure_;  // a dial that failed at once, reported by the timer
   Errc deferred_failure_kind_ = Errc::connect;
-  uint64_t attempt_start_ms_ = 0;  // the current address's connect began
   bool replay_pending_ = false;  // the next pipelined request runs on the next turn
   bool replay_blocked_ = false;  // ... once the client's queue has drained
   Errc early_failure_kind_ = Errc::connect;
