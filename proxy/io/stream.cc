@@ -310,6 +310,26 @@ bool Stream::pump_tls() {
   return !closing_;
 }
 
+std::string Stream::take_unsent() {
+  std::string s;
+  if (connected_) return s;
+  if (ssl_) {
+    s.swap(backlog_);  // out_ holds TLS records only, and none before the connect
+  } else {
+    iovec v[WriteQueue::kMaxIov];
+    while (!out_.empty()) {
+      size_t n = out_.peek(v, WriteQueue::kMaxIov), taken = 0;
+      for (size_t i = 0; i < n; ++i) {
+        s.append(static_cast<const char*>(v[i].iov_base), v[i].iov_len);
+        taken += v[i].iov_len;
+      }
+      out_.consume(taken);
+    }
+  }
+  bytes_out_ -= s.size();
+  return s;
+}
+
 void Stream::take_tls_output() {
   const uint8_t* data;
   size_t len;

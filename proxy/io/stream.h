@@ -115,6 +115,11 @@ class Stream {
   // Hands the stream to another handler (the origin pool and back).
   void set_handler(StreamHandler* h) { handler_ = h; }
 
+  // Before the stream connected (so nothing of it reached the wire): the
+  // plaintext queued on it, taken out (uncounted in bytes_out()). A dial
+  // falling back to another address carries it to the next Stream. "" once
+  // connected.
+  std::string take_unsent();
   // Bytes written and not yet sent, plaintext waiting for the handshake included.
   size_t queued() const { return out_.bytes() + backlog_.size(); }
   bool above_high() const { return queued() > kHighWater; }

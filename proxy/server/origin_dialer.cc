@@ -81,6 +81,7 @@ OriginDialer::Started OriginDialer::start(const Target& t) {
 OriginDialer::Started OriginDialer::next_address() {
   Started out;
   last_error_ = "no answer within 2 s";  // kAttemptMs; the Network Log's text
+  hold_unsent();
   drop_stream();
   if (!connect_next(&out.failure)) out.how = How::failed_now;
   return out;
@@ -96,6 +97,8 @@ void OriginDialer::cancel() {
   addrs_.clear();
   next_ = 0;
   start_ms_ = 0;
+  unsent_.clear();
+  unsent_shut_ = false;
 }
 
 uint64_t OriginDialer::attempt_started() const {
@@ -117,6 +120,12 @@ void OriginDialer::drop_stream() {
     stream_->close_and_delete();
     stream_ = nullptr;
   }
+}
+
+void OriginDialer::hold_unsent() {
+  if (!stream_) return;
+  unsent_ += stream_->take_unsent();
+  unsent_shut_ = unsent_shut_ || stream_->write_shut();
 }
 
 void OriginDialer::fail(DialFailure f) {
@@ -165,6 +174,12 @@ bool OriginDialer::connect_next(DialFailure* f) {
     int rc = spare ? stream_->connect(sa) : UV_EMFILE;
     if (rc == 0) {
       attempt_ms_ = uv_now(loop_);
+      // What the owner had queued on a Stream that failed: queued here until
+      // this one connects, in the order written.
+      if (!unsent_.empty()) stream_->write(unsent_);
+      if (unsent_shut_) stream_->shutdown();
+      unsent_.clear();
+      unsent_shut_ = false;
       return true;
     }
     if (rc == UV_EMFILE || rc == UV_ENFILE) {
@@ -179,6 +194,7 @@ bool OriginDialer::connect_next(DialFailure* f) {
       return false;
     }
     last_error_ = fmt::format("{}: {}", sockaddr_string(sa), uv::error_string(rc));
+    hold_unsent();  // e.g. a request head queued while resolving
     drop_stream();
   }
   f->kind = Errc::connect;
@@ -200,6 +216,7 @@ void OriginDialer::on_ready(Stream& s) {
 void OriginDialer::on_error(Stream& s, Errc kind, const std::string& detail) {
   if (kind == Errc::connect && next_ < addrs_.size()) {
     last_error_ = detail;
+    hold_unsent();
     drop_stream();
     DialFailure f;
     if (!connect_next(&f)) fail(std::move(f));

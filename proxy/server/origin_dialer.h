@@ -27,7 +27,8 @@
 // handshake) are passed on to `events`, the owner's StreamHandler, as if it
 // owned the Stream; the owner may queue bytes on stream() (a request head
 // written while connecting). A fallback to the next address starts a fresh
-// Stream: what was queued on the failed one goes with it.
+// Stream and carries over what was queued on the failed one (none of it
+// reached the wire: it never connected), a shutdown() asked included.
 #pragma once
 
 #include <uv.h>
@@ -143,6 +144,9 @@ class OriginDialer final : public StreamHandler {
   // (`failure` says why).
   bool connect_next(DialFailure* failure);
   void drop_stream();
+  // Before drop_stream() on a fallback: what the owner queued on the Stream
+  // that did not connect, kept for the next one (connect_next writes it).
+  void hold_unsent();
   void fail(DialFailure f);
 
   uv_loop_t* loop_;
@@ -157,6 +161,8 @@ class OriginDialer final : public StreamHandler {
   uint64_t start_ms_ = 0;
   uint64_t attempt_ms_ = 0;
   std::string last_error_;
+  std::string unsent_;        // hold_unsent()'s, for the next connecting Stream
+  bool unsent_shut_ = false;  // and the owner's shutdown() with it
 };
 
 }  // namespace fy::proxy

@@ -340,3 +340,39 @@ TEST_CASE("origin dialer: cancelled while resolving (or destroyed): the lookup o
   }
   rig.finish();
 }
+
+TEST_CASE("origin dialer: what the owner queued on a Stream whose address refused reaches the "
+          "next address, with its shutdown") {
+  // A request head written while connecting (the connection does so) must
+  // not go with the Stream that failed: before, the fallback's fresh Stream
+  // started empty and the origin never saw the request (a 504 after the
+  // I/O timeout for a host whose first address refuses).
+  Rig rig;
+  uv_loop_t& loop = rig.loop;
+  {
+    RefusedPort refused, refused2;
+    refused.open(&loop);
+    refused2.open(&loop);
+    Origin origin;
+    origin.open(&loop);
+    Owner owner;
+    Recorder events;
+    OriginDialer d(&loop, nullptr, owner, events);
+    OriginDialer::Target t = to("127.0.0.1", ntohs(origin.l.addr.sin_port),
+                               {storage(refused.addr), storage(refused2.addr), storage(origin.l.addr)});
+    REQUIRE(d.start(t).how == How::connecting);
+    REQUIRE(d.stream() != nullptr);
+    d.stream()->write("GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+    d.stream()->shutdown();
+    REQUIRE(run_until(&loop, [&] { return owner.told(); }));
+    REQUIRE(owner.dialed == 1);
+    REQUIRE(run_until(&loop, [&] { return origin.accepted != nullptr && origin.rec.eofs > 0; }));
+    CHECK(origin.rec.data == "GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+    CHECK(owner.got->bytes_out() == 27);
+    owner.got->close_and_delete();
+    origin.close();
+    refused.close();
+    refused2.close();
+  }
+  rig.finish();
+}
