@@ -1,6 +1,5 @@
 #include "wall/dnsfwd/server.h"
 
-#include <algorithm>
 #include <fcntl.h>
 #include <linux/netfilter_ipv4.h>
 #include <netinet/in.h>
@@ -81,7 +80,7 @@ struct Server::UpConn {
   uv_tcp_t tcp{};
   uv_connect_t connect{};
   TcpFramer framer{kTcpAnswerMax};
-  uint64_t answered = 0;  // answers it carried: a reused connection once > 0
+  bool reused = false;  // it has carried an answer
   bool connected = false;
   bool closing = false;
 };
@@ -540,37 +539,38 @@ void Server::handle(Listener* l, bool tcp, const sockaddr* from, TcpClient* c,
 }
 
 void Server::upstream_tcp(PendingIt it, TcpClient* client) {
-  Pending& p = it->second;
   UpConn* c = client ? client->up : nullptr;
-  if (c == nullptr) {
-    c = new UpConn;
-    c->srv = this;
-    c->upstream = p.upstream;
-    c->owner = client;
-    if (client) client->up = c;
-    uv_tcp_init(loop_, &c->tcp);  // no socket yet: the connect makes it, in this (the daemon's) namespace
-    c->tcp.data = c;
-    c->connect.data = c;
-    Upstream* u = upstreams_[c->upstream].get();
-    sockaddr_storage ss{};
-    socklen_t len = 0;
-    make_sockaddr(u->addr.host, u->addr.port, &ss, &len);  // checked when the config was read
-    int rc = uv_tcp_connect(&c->connect, &c->tcp, reinterpret_cast<sockaddr*>(&ss),
-                            [](uv_connect_t* r, int st) {
-                              auto* uc = static_cast<UpConn*>(r->data);
-                              uc->srv->on_upconn_connect(uc, st);
-                            });
-    if (rc != 0) {
-      carry(c, it);
-      upconn_failed(c, "upstream-error", fmt::format("connecting over tcp: {}", uv::error_string(rc)));
-      return;
-    }
+  if (c != nullptr) {
+    carry(c, it);
+    if (c->connected) send_query(c, it->second);  // else on_upconn_connect sends it
+    return;
   }
+  c = new UpConn;
+  c->srv = this;
+  c->upstream = it->second.upstream;
+  c->owner = client;
+  if (client) client->up = c;
+  uv_tcp_init(loop_, &c->tcp);  // no socket yet: the connect makes it, in this (the daemon's) namespace
+  c->tcp.data = c;
+  c->connect.data = c;
   carry(c, it);
-  if (c->connected) {
-    int rc = write_framed(reinterpret_cast<uv_stream_t*>(&c->tcp), p.sent);
-    if (rc != 0) upconn_failed(c, "upstream-error", fmt::format("sending over tcp: {}", uv::error_string(rc)));
-  }
+  Upstream* u = upstreams_[c->upstream].get();
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+  make_sockaddr(u->addr.host, u->addr.port, &ss, &len);  // checked when the config was read
+  int rc = uv_tcp_connect(&c->connect, &c->tcp, reinterpret_cast<sockaddr*>(&ss),
+                          [](uv_connect_t* r, int st) {
+                            auto* uc = static_cast<UpConn*>(r->data);
+                            uc->srv->on_upconn_connect(uc, st);
+                          });
+  if (rc != 0) upconn_failed(c, "upstream-error", fmt::format("connecting over tcp: {}", uv::error_string(rc)));
+}
+
+bool Server::send_query(UpConn* c, const Pending& p) {
+  int rc = write_framed(reinterpret_cast<uv_stream_t*>(&c->tcp), p.sent);
+  if (rc == 0) return true;
+  upconn_failed(c, "upstream-error", fmt::format("sending over tcp: {}", uv::error_string(rc)));
+  return false;
 }
 
 void Server::carry(UpConn* c, PendingIt it) {
@@ -589,13 +589,8 @@ void Server::on_upconn_connect(UpConn* c, int status) {
   c->connected = true;
   // What was asked while it connected, in order.
   const std::vector<uint16_t> ids = c->ids;
-  for (uint16_t id : ids) {
-    int rc = write_framed(reinterpret_cast<uv_stream_t*>(&c->tcp), pending_.at(id).sent);
-    if (rc != 0) {
-      upconn_failed(c, "upstream-error", fmt::format("sending over tcp: {}", uv::error_string(rc)));
-      return;
-    }
-  }
+  for (uint16_t id : ids)
+    if (!send_query(c, pending_.at(id))) return;
   int rc = uv_read_start(
       reinterpret_cast<uv_stream_t*>(&c->tcp),
       [](uv_handle_t* h, size_t, uv_buf_t* b) {
@@ -613,7 +608,6 @@ void Server::on_upconn_read(UpConn* c, ssize_t n, const uv_buf_t* buf) {
   if (c->closing || n == 0) return;
   if (n < 0) {
     if (c->ids.empty()) {  // the upstream closed an idle connection: the next query opens another
-      retire_upconn(c);
       close_upconn(c);
       return;
     }
@@ -631,7 +625,7 @@ void Server::on_upconn_read(UpConn* c, ssize_t n, const uv_buf_t* buf) {
     const uint16_t id = m.size() >= 2 ? static_cast<uint16_t>((m[0] << 8) | m[1]) : 0;
     auto live = std::find(c->ids.begin(), c->ids.end(), id);
     if (live != c->ids.end()) {
-      ++c->answered;
+      c->reused = true;
       answer_from(pending_.find(id), m);
     } else if (std::find(c->stale.begin(), c->stale.end(), id) != c->stale.end()) {
       continue;  // the late answer to a query that timed out
@@ -656,7 +650,7 @@ void Server::upconn_failed(UpConn* c, const char* verdict, const std::string& wh
   const uint64_t now = mono_ms();
   // A reused connection the upstream closed under its queries (its idle
   // close crossing them): each is sent once more, on a fresh connection.
-  const bool resend = c->answered > 0 && std::strcmp(verdict, "upstream-error") == 0;
+  const bool resend = c->reused && std::strcmp(verdict, "upstream-error") == 0;
   const std::vector<uint16_t> ids = c->ids;
   for (uint16_t id : ids) {
     auto it = pending_.find(id);

@@ -93,6 +93,9 @@ class Server {
   void upstream_tcp(PendingIt it, TcpClient* client);
   // `c` carries the query at `it` (its id in c->ids, c in its Pending).
   void carry(UpConn* c, PendingIt it);
+  // Writes `p`'s query on the connected `c`; false when that failed (`c`
+  // failed with it: upconn_failed()).
+  bool send_query(UpConn* c, const Pending& p);
   void on_upconn_connect(UpConn* c, int status);
   void on_upconn_read(UpConn* c, ssize_t n, const uv_buf_t* buf);
   // Detaches `c` from its client: no new query goes on it.
