@@ -165,12 +165,32 @@ def read_log(path):
         return [json.loads(l) for l in f if l.startswith("{")]
 
 
-def dnsprobe(ns, uid, *args, timeout=20):
+def _dnsprobe_cmd(ns, uid, args):
     inner = [n.PY, DNSPROBE, *map(str, args)]
     if uid:
         inner = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *inner]
-    r = n.sh(*n.nsexec(ns, *inner), check=False, timeout=timeout)
+    return [str(c) for c in n.nsexec(ns, *inner)]
+
+
+def _dnsprobe_json(out, err):
     try:
-        return json.loads(r.stdout.strip().splitlines()[-1])
+        return json.loads(out.strip().splitlines()[-1])
     except (IndexError, json.JSONDecodeError):
-        raise RuntimeError(f"dnsprobe gave no result: {r.stdout!r} {r.stderr!r}")
+        raise RuntimeError(f"dnsprobe gave no result: {out!r} {err!r}")
+
+
+def dnsprobe(ns, uid, *args, timeout=20):
+    r = n.sh(*_dnsprobe_cmd(ns, uid, args), check=False, timeout=timeout)
+    return _dnsprobe_json(r.stdout, r.stderr)
+
+
+def dnsprobe_start(ns, uid, *args):
+    """dnsprobe in the background (a query to hold upstream while the test
+    asks others); its result is dnsprobe_result()'s."""
+    return subprocess.Popen(_dnsprobe_cmd(ns, uid, args), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def dnsprobe_result(q, timeout=10):
+    out, err = q.communicate(timeout=timeout)
+    return _dnsprobe_json(out, err)

@@ -8,7 +8,6 @@ host, to every private range: the old default), where it gets out, and
 under the wall with `dns_forwarder`, where it does not. docs/wall-escapes.md
 rows 102-113 are these tests.
 """
-import json
 import os
 import signal
 import socket
@@ -406,14 +405,12 @@ class DnsForwarder(unittest.TestCase):
                                  line)
                 self.assertIn(reason, line[0]["reason"], line)
             # one held upstream: the next query is over max_pending; the held one times out
-            cmd = n.nsexec(self.t.guest, n.PY, d.DNSPROBE, "query", "127.42.0.58",
-                           "hang.github.com", "--tcp", "--timeout", "4")
-            q = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, text=True)
+            q = d.dnsprobe_start(self.t.guest, 0, "query", "127.42.0.58", "hang.github.com",
+                                 "--tcp", "--timeout", "4")
             time.sleep(0.4)
             r = d.dnsprobe(self.t.guest, 0, "query", "127.42.0.58", "next.github.com", "--tcp")
             self.assertEqual(r["rcodes"], {"2": 1}, r)
-            out, _ = q.communicate(timeout=10)
-            r = json.loads(out.strip().splitlines()[-1])
+            r = d.dnsprobe_result(q)
             self.assertEqual(r["rcodes"], {"2": 1}, r)
             self.assertGreater(r["lat_us"][0], 900_000, r)
             verdicts = {l["name"]: l["verdict"] for l in d.read_log(log)}
@@ -487,17 +484,15 @@ class DnsForwarder(unittest.TestCase):
                                    extra="max_pending = 1\n")
         p, log, err = self.t.start_dnsfwd(cfg)
         try:
-            cmd = n.nsexec(self.t.guest, n.PY, d.DNSPROBE, "query", "127.42.0.59",
-                           "hang.github.com", "--tcp", "--timeout", "6")
-            q = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, text=True)
+            q = d.dnsprobe_start(self.t.guest, 0, "query", "127.42.0.59", "hang.github.com",
+                                 "--tcp", "--timeout", "6")
             time.sleep(0.5)  # the held query upstream (it stays there 3 s)
             r = d.dnsprobe(self.t.guest, 0, "query", "127.42.0.59", "udp.github.com",
                            "--timeout", "2")
             self.assertEqual(r["rcodes"], {"2": 1}, r)
             verdicts = {l["name"]: l["verdict"] for l in d.read_log(log)}
             self.assertEqual(verdicts.get("udp.github.com"), "overloaded", verdicts)
-            out, _ = q.communicate(timeout=10)
-            r = json.loads(out.strip().splitlines()[-1])
+            r = d.dnsprobe_result(q)
             self.assertEqual(r["rcodes"], {"2": 1}, r)
             verdicts = {l["name"]: l["verdict"] for l in d.read_log(log)}
             self.assertEqual(verdicts["hang.github.com"], "upstream-timeout", verdicts)
@@ -672,17 +667,14 @@ class AllowFromPolicyAndReload(unittest.TestCase):
             # the policy now allows github.com, not pypi.org; a pypi query is upstream
             # (0.8 s) when the reload lands: it is still answered
             self.assertEqual(self.render('allow = ["github.com:22"]\n').returncode, 0)
-            cmd = n.nsexec(self.t.guest, "setpriv", f"--reuid={U}", f"--regid={U}",
-                           "--clear-groups", n.PY, d.DNSPROBE, "query", d.RESOLVER,
-                           "inflight.pypi.org", "--timeout", "4")
-            q = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, text=True)
+            q = d.dnsprobe_start(self.t.guest, U, "query", d.RESOLVER, "inflight.pypi.org",
+                                 "--timeout", "4")
             time.sleep(0.3)  # asked, and upstream for another 0.5 s
             mark = len(self.stderr(err))
             p.send_signal(signal.SIGHUP)
             self.wait_for(err, "reloaded", mark)
             self.assertIsNone(q.poll(), "the query was answered before the reload")
-            out, _ = q.communicate(timeout=10)
-            r = json.loads(out.strip().splitlines()[-1])
+            r = d.dnsprobe_result(q)
             self.assertEqual(r["rcodes"], {"0": 1}, r)  # in flight across the reload
             line = [l for l in d.read_log(log) if l.get("name") == "inflight.pypi.org"]
             self.assertEqual([l["verdict"] for l in line], ["forwarded"], line)
