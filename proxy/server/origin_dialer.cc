@@ -81,8 +81,7 @@ OriginDialer::Started OriginDialer::start(const Target& t) {
 OriginDialer::Started OriginDialer::next_address() {
   Started out;
   last_error_ = "no answer within 2 s";  // kAttemptMs; the Network Log's text
-  hold_unsent();
-  drop_stream();
+  fall_back();
   if (!connect_next(&out.failure)) out.how = How::failed_now;
   return out;
 }
@@ -122,10 +121,12 @@ void OriginDialer::drop_stream() {
   }
 }
 
-void OriginDialer::hold_unsent() {
-  if (!stream_) return;
-  unsent_ += stream_->take_unsent();
-  unsent_shut_ = unsent_shut_ || stream_->write_shut();
+void OriginDialer::fall_back() {
+  if (stream_) {
+    unsent_ += stream_->take_unsent();
+    unsent_shut_ = unsent_shut_ || stream_->write_shut();
+  }
+  drop_stream();
 }
 
 void OriginDialer::fail(DialFailure f) {
@@ -194,8 +195,7 @@ bool OriginDialer::connect_next(DialFailure* f) {
       return false;
     }
     last_error_ = fmt::format("{}: {}", sockaddr_string(sa), uv::error_string(rc));
-    hold_unsent();  // e.g. a request head queued while resolving
-    drop_stream();
+    fall_back();  // what was queued (a request head written while resolving) goes on
   }
   f->kind = Errc::connect;
   f->detail = last_error_;
@@ -216,8 +216,7 @@ void OriginDialer::on_ready(Stream& s) {
 void OriginDialer::on_error(Stream& s, Errc kind, const std::string& detail) {
   if (kind == Errc::connect && next_ < addrs_.size()) {
     last_error_ = detail;
-    hold_unsent();
-    drop_stream();
+    fall_back();
     DialFailure f;
     if (!connect_next(&f)) fail(std::move(f));
     return;

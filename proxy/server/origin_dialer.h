@@ -144,9 +144,10 @@ class OriginDialer final : public StreamHandler {
   // (`failure` says why).
   bool connect_next(DialFailure* failure);
   void drop_stream();
-  // Before drop_stream() on a fallback: what the owner queued on the Stream
-  // that did not connect, kept for the next one (connect_next writes it).
-  void hold_unsent();
+  // drop_stream() on a fallback to the next address: what the owner queued
+  // on the Stream that did not connect is kept for the next one
+  // (connect_next writes it).
+  void fall_back();
   void fail(DialFailure f);
 
   uv_loop_t* loop_;
@@ -161,7 +162,7 @@ class OriginDialer final : public StreamHandler {
   uint64_t start_ms_ = 0;
   uint64_t attempt_ms_ = 0;
   std::string last_error_;
-  std::string unsent_;        // hold_unsent()'s, for the next connecting Stream
+  std::string unsent_;        // fall_back()'s, for the next connecting Stream
   bool unsent_shut_ = false;  // and the owner's shutdown() with it
 };
 
