@@ -9,6 +9,7 @@
 
 #include "core/config.h"
 #include "core/net.h"
+#include "core/netns_path.h"
 #include "core/text.h"
 #include "forwarder/head.h"
 
@@ -177,6 +178,18 @@ Result<Config> parse_config(std::string_view text, const std::string& path) {
       b->error("",
                "[bridge] needs exactly one of netns (a namespace path to follow) or "
                "netns_pid_file (a file naming a process in the namespace)");
+    if (!c.bridge.netns.empty()) {
+      std::string why = netns_path_problem(c.bridge.netns);
+      if (!why.empty()) b->error("netns", why);
+    }
+    if (auto v = b->string("mount_ns_pid_file")) {
+      c.bridge.mount_ns_pid_file = *v;
+      if (c.bridge.netns.empty())
+        b->error("mount_ns_pid_file",
+                 "needs netns: the path of the namespace in that process's mount namespace");
+      else if (v->empty() || (*v)[0] != '/')
+        b->error("mount_ns_pid_file", "must be an absolute path");
+    }
     if (auto v = b->string("listen")) c.bridge.listen = *v;
     if (!is_ipv4_literal(c.bridge.listen) && !is_ipv6_literal(c.bridge.listen))
       b->error("listen", "is not an IP address (use \"0.0.0.0\" for every bridge)");

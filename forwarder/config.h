@@ -39,9 +39,14 @@ enum class AttributionMode { bpf, proc };
 struct BridgeConfig {
   bool enabled = false;
   // The rootless bridge namespace to follow: a path that is (or will be) a
-  // bind mount of a network namespace, e.g. /run/user/1000/netns/rootless-netns,
+  // bind mount of a network namespace, e.g. /run/user/1000/netns/rootless-netns-*
+  // (podman 4; a final '*' matches the one entry so named, core/netns_path.h),
   // or /proc/<pid>/root/<path> to reach into another mount namespace.
   std::string netns;
+  // With `netns`: a file holding the pid of a process in whose mount namespace
+  // `netns` is bound (rootless podman's pause process:
+  // /run/user/<uid>/libpod/tmp/pause.pid); "" = the forwarder's own.
+  std::string mount_ns_pid_file;
   // Alternative to `netns`: a file holding the pid of a process that lives in
   // the namespace; the namespace followed is /proc/<pid>/ns/net.
   std::string netns_pid_file;

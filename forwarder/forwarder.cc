@@ -18,6 +18,7 @@
 #include "core/log.h"
 #include "core/paths.h"
 #include "core/net.h"
+#include "core/netns_path.h"
 #include "forwarder/redirect.h"
 
 namespace fy::fwd {
@@ -294,19 +295,21 @@ Result<void> Forwarder::start(uv_loop_t* loop) {
   return {};
 }
 
-std::string Forwarder::bridge_path() const {
-  if (!cfg_.bridge.netns.empty()) return cfg_.bridge.netns;
+Result<std::string> Forwarder::bridge_path() const {
+  if (!cfg_.bridge.netns.empty())
+    return locate_netns(cfg_.bridge.netns, cfg_.bridge.mount_ns_pid_file);
   pid_t pid = read_pid_file(cfg_.bridge.netns_pid_file);
-  if (!pid) return "";
+  if (!pid) return make_error(Errc::not_found, "no live pid in {}", cfg_.bridge.netns_pid_file);
   return "/proc/" + std::to_string(pid) + "/ns/net";
 }
 
 bool Forwarder::bridge_current(NsId* at_path, std::string* why) {
-  std::string path = bridge_path();
-  if (path.empty()) {
-    if (why) *why = "no pid in " + cfg_.bridge.netns_pid_file;
+  auto located = bridge_path();
+  if (!located) {
+    if (why) *why = located.error().message;
     return false;
   }
+  const std::string& path = *located;
   auto ns = open_netns(path);
   if (!ns) {
     if (why) *why = ns.error().message;
@@ -318,11 +321,22 @@ bool Forwarder::bridge_current(NsId* at_path, std::string* why) {
 
 void Forwarder::rescan_bridge(const char* why) {
   if (stopping_ || !cfg_.bridge.enabled) return;
-  std::string path = bridge_path();
-  if (path.empty()) {
-    bridge_error_ = "no live pid in " + cfg_.bridge.netns_pid_file;
+  auto located = bridge_path();
+  // A pattern that matches several entries is said once, when it starts:
+  // no namespace is followed until one matches (absent otherwise).
+  std::string unlocated =
+      !located && located.error().code == Errc::invalid_argument ? located.error().message : "";
+  if (unlocated != bridge_unlocated_) {
+    if (!unlocated.empty())
+      log::warn("bridge listener: {}; no namespace is followed until only one matches",
+                unlocated);
+    bridge_unlocated_ = unlocated;
+  }
+  if (!located) {
+    bridge_error_ = located.error().message;
     return;
   }
+  const std::string& path = *located;
   auto ns = open_netns(path);
   if (!ns) {
     bridge_error_ = ns.error().message;
@@ -414,7 +428,11 @@ void Forwarder::watch_dir() {
   if (dir.rfind("/proc/", 0) == 0 && dir.find("/root/") == std::string::npos) return;
   if (stopping_ || !dir_watch_ || dir_watch_->armed()) return;
   // A directory that does not exist yet (/run/user/<uid> before the user's
-  // first login) is not watched: the poll timer tries again each tick.
+  // first login) is not watched: the poll timer tries again each tick. With
+  // mount_ns_pid_file the directory is watched here, in the forwarder's own
+  // mount namespace: podman makes the file in the same tmpfs whichever
+  // namespace it binds it in, so its creation is seen; the bind itself raises
+  // no event here (on_event's burst and the poll find it).
   dir_watch_->arm(dir);
 }
 
@@ -563,7 +581,9 @@ std::string Forwarder::status_line() {
     } else {
       bridge = fmt::format("not-listening:netns={}", at.ino);
       serving = false;
-      fail = "the bridge listener is not listening in the namespace at " + bridge_path() + ": " +
+      auto located = bridge_path();
+      fail = "the bridge listener is not listening in the namespace at " +
+             (located ? *located : cfg_.bridge.netns) + ": " +
              (bridge_error_.empty() ? "not yet" : bridge_error_);
     }
   }
@@ -626,7 +646,8 @@ std::string Forwarder::ready_line() {
   // The path the answer is about, so the hook can look at it too from its own
   // mount namespace (docs/fy-forwarder.md, "The OCI hook"). Left out for a
   // path with a space, which would not survive as a token.
-  std::string path = bridge_path();
+  auto located = bridge_path();
+  std::string path = located ? *located : std::string();
   std::string where = !path.empty() && path.find_first_of(" \t\r\n") == std::string::npos
                           ? " path=" + path
                           : std::string();

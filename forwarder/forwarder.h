@@ -62,7 +62,10 @@ class Forwarder {
   struct ControlClient;
   void rescan_bridge(const char* why);
   bool bridge_current(NsId* at_path, std::string* why);
-  std::string bridge_path() const;
+  // The path to open for the bridge namespace now ([bridge] netns located
+  // through mount_ns_pid_file and a final '*', or netns_pid_file's
+  // /proc/<pid>/ns/net); not_found with why when there is none yet.
+  Result<std::string> bridge_path() const;
   void start_watches();
   void start_event_watches();
   void on_event(const char* why);
@@ -89,6 +92,7 @@ class Forwarder {
   std::unique_ptr<Listener> vm_;
   std::unique_ptr<Listener> bridge_;
   std::string bridge_error_;
+  std::string bridge_unlocated_;  // the last "matches several" said (rescan_bridge)
   // A namespace has been found at the bridge path since the start (even if
   // not served): until then the status says bridge=absent:never-found.
   bool bridge_seen_ = false;

@@ -410,19 +410,4 @@ int read_ingress_ifindex(int fd, int family) {
   return 0;
 }
 
-pid_t read_pid_file(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  char buf[32];
-  ssize_t n = ::read(fd, buf, sizeof buf - 1);
-  ::close(fd);
-  if (n <= 0) return 0;
-  buf[n] = 0;
-  char* end = nullptr;
-  long v = strtol(buf, &end, 10);
-  if (end == buf || v <= 0 || v > 4194304) return 0;
-  while (*end == '\n' || *end == ' ') ++end;
-  return *end ? 0 : static_cast<pid_t>(v);
-}
-
 }  // namespace fy::fwd

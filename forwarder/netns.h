@@ -115,7 +115,4 @@ class IfaceMap {
   uint32_t nl_seq_ = 1;  // this socket's netlink sequence numbers
 };
 
-// Reads a pid file (decimal, optional newline); 0 when absent or malformed.
-pid_t read_pid_file(const std::string& path);
-
 }  // namespace fy::fwd

@@ -139,6 +139,95 @@ class Follow(unittest.TestCase):
                     sleeper.send_signal(signal.SIGKILL)
                     sleeper.wait()
 
+    def test_follow_in_podmans_mount_namespace(self):
+        """Rootless podman binds its bridge namespace inside its pause process's
+        mount namespace, where the mount never reaches the forwarder's (seen in
+        a Debian 12 guest, podman 4.3.1: the path is an empty file outside, an
+        nsfs inside), and podman 4 names it rootless-netns-<hash>. Here: a
+        "pause" process in a private mount namespace, the namespace bound at a
+        hashed name in it, re-made three times. The spelling the boot script
+        wrote before (the path alone) never serves it; netns with a final '*'
+        and mount_ns_pid_file serves each one."""
+        with Rig("flmnt", containers=(("podman1", 1),), forwarder=False) as rig:
+            topo = rig.topo
+            netns_dir = topo.path("netns")
+            os.makedirs(netns_dir)
+            pause_pid_file = topo.path("pause.pid")
+            pause = subprocess.Popen(["unshare", "--mount", "--propagation", "private",
+                                      "sleep", "600"])
+            sock = os.path.join(topo.path("state"), "control.sock")
+            try:
+                deadline = time.monotonic() + 5
+                while os.readlink("/proc/%d/ns/mnt" % pause.pid) == os.readlink(
+                        "/proc/self/ns/mnt"):
+                    self.assertLess(time.monotonic(), deadline, "unshare made no namespace")
+                    time.sleep(0.01)
+                with open(pause_pid_file, "w") as f:
+                    f.write("%d\n" % pause.pid)
+                name = os.path.join(netns_dir, "rootless-netns-%s" % os.urandom(10).hex())
+
+                def bind_in_pause():
+                    """What podman does: the file made (visible everywhere), the
+                    namespace bound on it in the pause process's mount namespace."""
+                    if not os.path.exists(name):
+                        open(name, "w").close()
+                    subprocess.run(["nsenter", "--net=/run/netns/" + topo.rl, "-t",
+                                    str(pause.pid), "-m", "mount", "--bind", "/proc/self/ns/net",
+                                    name], check=True, timeout=10)
+
+                def unbind_in_pause():
+                    subprocess.run(["nsenter", "-t", str(pause.pid), "-m", "umount", name],
+                                   check=False, timeout=10)
+
+                def first_request(tag):
+                    h = subprocess.run([HOOK, "--control", sock, "--timeout-ms", "3000"],
+                                       input="{}", capture_output=True, text=True, timeout=15)
+                    r = topo.run_in_container(0, [
+                        "curl", "-sS", "-m", "3", "-x", "http://%s:%d" % (GATEWAY, PROXY_PORT),
+                        "http://%s/%s" % (ORIGIN, tag)], timeout=20)
+                    return h, r
+
+                bind_in_pause()
+                # Podman's path is an empty file here: the namespace is not to be seen.
+                seen = subprocess.run(["nsenter", "--net=" + name, "true"],
+                                      capture_output=True, timeout=10)
+                self.assertNotEqual(seen.returncode, 0, "the bind reached this mount namespace")
+                base = topo.forwarder_config(rig.key_file)
+                # The control: the path alone, as the boot script wrote it before.
+                old = base.replace('netns = "/run/netns/%s"' % topo.rl, 'netns = "%s"' % name)
+                rig.fwd = topo.start_forwarder(old)
+                time.sleep(1.0)  # four polls
+                self.assertNotIn("bridge=listening", topo.control("status"))
+                h, r = first_request("old-spelling")
+                self.assertNotEqual(r.stdout, "origin ok /old-spelling",
+                                    "the path alone reached a namespace bound elsewhere")
+                rig.fwd.stop()
+                new = base.replace('netns = "/run/netns/%s"' % topo.rl,
+                                   'netns = "%s/rootless-netns-*"\nmount_ns_pid_file = "%s"'
+                                   % (netns_dir, pause_pid_file))
+                rig.fwd = topo.start_forwarder(new)
+                for i in range(3):
+                    if i:
+                        unbind_in_pause()
+                        topo.destroy_rootless()
+                        topo.make_rootless()
+                        bind_in_pause()
+                    h, r = first_request("pause-%d" % i)
+                    self.assertEqual(h.returncode, 0, h.stderr)
+                    self.assertIn("/proc/%d/root%s" % (pause.pid, netns_dir), h.stderr + h.stdout
+                                  + topo.control("status") + rig.fwd.log())
+                    self.assertEqual(r.stdout, "origin ok /pause-%d" % i, r.stderr)
+                # Two names matching the pattern: neither is guessed at.
+                unbind_in_pause()
+                other = os.path.join(netns_dir, "rootless-netns-other")
+                open(other, "w").close()
+                bind_in_pause()
+                topo.wait_status(rig.fwd, lambda st: "bridge=listening" not in st, timeout=5)
+                self.assertIn("not following a guess", topo.control("status") + rig.fwd.log())
+            finally:
+                pause.kill()
+                pause.wait()
+
     @classmethod
     def tearDownClass(cls):
         if not RESULTS:

@@ -17,6 +17,7 @@
 #include "core/json.h"
 #include "core/log.h"
 #include "core/net.h"
+#include "core/netns_path.h"
 #include "core/nft.h"
 #include "core/paths.h"
 #include "core/stamp.h"
@@ -467,4 +468,64 @@ TEST_CASE("log helpers: the rate-limited line, its suffix, the connection id") {
   CHECK_FALSE(fy::log::allow_noting(limit, "dropped"));
   uint64_t suppressed = 0;
   CHECK_FALSE(limit.allow(fy::mono_ms(), &suppressed));
+}
+
+TEST_CASE("locate_netns: a final '*', another process's mount namespace, the pid file") {
+  char tmpl[] = "/tmp/fy-netns-path-XXXXXX";
+  REQUIRE(mkdtemp(tmpl) != nullptr);
+  const std::string d = tmpl;
+  auto touch = [](const std::string& p, const std::string& text = "") {
+    FILE* f = fopen(p.c_str(), "w");
+    REQUIRE(f);
+    fputs(text.c_str(), f);
+    fclose(f);
+  };
+  // A plain path is itself; a pattern with nothing matching is not_found.
+  CHECK(*fy::locate_netns(d + "/rootless-netns", "") == d + "/rootless-netns");
+  auto none = fy::locate_netns(d + "/rootless-netns-*", "");
+  REQUIRE(!none);
+  CHECK(none.error().code == fy::Errc::not_found);
+  // The prefix alone does not match: podman 4's name always has its hash.
+  touch(d + "/rootless-netns-");
+  CHECK(!fy::locate_netns(d + "/rootless-netns-*", ""));
+  touch(d + "/rootless-netns-45504c1edf0b6b131c3e");
+  touch(d + "/other");
+  CHECK(*fy::locate_netns(d + "/rootless-netns-*", "") == d + "/rootless-netns-45504c1edf0b6b131c3e");
+  // Two that match: refused, both named.
+  touch(d + "/rootless-netns-second");
+  auto two = fy::locate_netns(d + "/rootless-netns-*", "");
+  REQUIRE(!two);
+  CHECK(two.error().code == fy::Errc::invalid_argument);
+  CHECK(two.error().message.find("rootless-netns-second") != std::string::npos);
+  CHECK(two.error().message.find("rootless-netns-45504c1edf0b6b131c3e") != std::string::npos);
+  // Through a process's mount namespace: /proc/<pid>/root + the path.
+  touch(d + "/pause.pid", std::to_string(getpid()) + "\n");
+  CHECK(*fy::locate_netns("/run/x/rootless-netns", d + "/pause.pid") ==
+        "/proc/" + std::to_string(getpid()) + "/root/run/x/rootless-netns");
+  CHECK(*fy::locate_netns(d + "/oth*", d + "/pause.pid") ==
+        "/proc/" + std::to_string(getpid()) + "/root" + d + "/other");
+  // No pid, a malformed one, one that does not run: not_found, saying which.
+  auto missing = fy::locate_netns("/run/x", d + "/absent.pid");
+  REQUIRE(!missing);
+  CHECK(missing.error().code == fy::Errc::not_found);
+  CHECK(missing.error().message.find("absent.pid") != std::string::npos);
+  touch(d + "/bad.pid", "12x\n");
+  CHECK(!fy::locate_netns("/run/x", d + "/bad.pid"));
+  touch(d + "/dead.pid", "4194304\n");
+  auto dead = fy::locate_netns("/run/x", d + "/dead.pid");
+  REQUIRE(!dead);
+  CHECK(dead.error().message.find("is not running") != std::string::npos);
+  // Config-time: absolute, and a '*' only at the end of the last component.
+  CHECK(fy::netns_path_problem("/run/user/1000/netns/rootless-netns-*").empty());
+  CHECK(fy::netns_path_problem("/run/netns/bridge").empty());
+  CHECK(!fy::netns_path_problem("run/netns/bridge").empty());
+  CHECK(!fy::netns_path_problem("/run/*/netns").empty());
+  CHECK(!fy::netns_path_problem("/run/netns/*").empty());
+  CHECK(!fy::netns_path_problem("/run/netns/a**").empty());
+  CHECK(fy::read_pid_file(d + "/pause.pid") == getpid());
+  CHECK(fy::read_pid_file(d + "/bad.pid") == 0);
+  for (const char* f : {"rootless-netns-", "rootless-netns-45504c1edf0b6b131c3e", "other",
+                        "rootless-netns-second", "pause.pid", "bad.pid", "dead.pid"})
+    unlink((d + "/" + f).c_str());
+  rmdir(d.c_str());
 }

@@ -362,11 +362,12 @@ class Boot(unittest.TestCase):
             self.assertEqual(f.read(), conf)
 
     def bridge_boot(self, env):
-        """Boots with the DNS forwarder, then (in the boot's mount namespace,
-        where the stub's fy-dnsfwd runs) binds a bridge namespace with one
+        """Boots with the DNS forwarder, then binds a bridge namespace with one
         container behind it at podman 5's rootless-netns path, as rootless
-        podman does at its first bridge container. Returns (ctr ns, the
-        daemon's output so far)."""
+        podman does at its first bridge container: inside its pause process's
+        mount namespace (a stand-in made from the boot's, where the stub's
+        fy-dnsfwd runs), its pid where podman writes it. Returns (ctr ns, the
+        bridge ns)."""
         import dnsnet as d
         ns = n.netns("bootbr")
         n.veth(ns, ["192.0.2.1/24"], n.netns("bootbrdns"), ["192.0.2.53/24"])
@@ -378,8 +379,23 @@ class Boot(unittest.TestCase):
         holder = subprocess.Popen(n.nsexec(br, "sleep", "600"))
         n.on_cleanup(lambda: (holder.kill(), holder.wait()), "the bridge namespace's holder")
         path5 = "/run/user/$(id -u fywalice)/containers/networks/rootless-netns"
-        then = (f"mkdir -p {path5} && touch {path5}/rootless-netns && "
-                f"mount --bind /proc/{holder.pid}/ns/net {path5}/rootless-netns")
+        pause_pid = os.path.join(self.rig.tmp, "pause.pid")
+
+        def end_pause():
+            try:
+                with open(pause_pid) as f:
+                    os.kill(int(f.read()), 9)
+            except (OSError, ValueError):
+                pass
+        n.on_cleanup(end_pause, "the pause stand-in")
+        then = (f"mkdir -p {path5} /run/user/$(id -u fywalice)/libpod/tmp && "
+                f"touch {path5}/rootless-netns && "
+                f"{{ unshare -m --propagation private sleep 600 </dev/null >/dev/null 2>&1 & }} && "
+                f"pause=$! && echo $pause >{pause_pid} && "
+                f"echo $pause >/run/user/$(id -u fywalice)/libpod/tmp/pause.pid && "
+                f"until [ \"$(readlink /proc/$pause/ns/mnt)\" != \"$(readlink /proc/self/ns/mnt)\" ]; "
+                f"do sleep 0.01; done && "
+                f"nsenter -t $pause -m mount --bind /proc/{holder.pid}/ns/net {path5}/rootless-netns")
         r = self.boot(ns, env, then=then)
         self.assertEqual(r.returncode, 0, r.stderr + self.log)
         return ctr, br
@@ -403,12 +419,13 @@ class Boot(unittest.TestCase):
             conf = f.read()
         self.assertIn('name = "bridge"\nfollow = true\n', conf)
         self.assertIn('name = "bridge5"\nfollow = true\n', conf)
-        self.assertRegex(conf, r'netns = "/run/user/\d+/netns/rootless-netns"\n')
+        self.assertRegex(conf, r'netns = "/run/user/\d+/netns/rootless-netns-\*"\n'
+                               r'mount_ns_pid_file = "/run/user/\d+/libpod/tmp/pause.pid"\n')
         deadline = time.monotonic() + 10
         while "following the namespace" not in self.daemon_out() and time.monotonic() < deadline:
             time.sleep(0.05)
         out = self.daemon_out()
-        self.assertRegex(out, r"waiting for the namespace /run/user/\d+/netns/rootless-netns")
+        self.assertRegex(out, r"waiting for the namespace /run/user/\d+/netns/rootless-netns-\*")
         self.assertRegex(out, r"following the namespace /run/user/\d+/containers/networks/"
                               r"rootless-netns/rootless-netns")
         rules = n.in_ns(br, "nft", "list", "table", "ip", "fy_dnsfwd_redirect").stdout

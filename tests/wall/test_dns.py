@@ -9,6 +9,7 @@ under the wall with `dns_forwarder`, where it does not. docs/wall-escapes.md
 rows 102-113 are these tests.
 """
 import os
+import shutil
 import signal
 import socket
 import struct
@@ -867,6 +868,80 @@ class BridgeFollow(unittest.TestCase):
 
     def ask(self, ctr, name):
         return d.dnsprobe(ctr, 0, "query", d.BRIDGE_GW, name, timeout=20)
+
+    def test_the_listener_follows_a_namespace_bound_in_podmans_mount_namespace(self):
+        """Rootless podman binds the namespace in its pause process's mount
+        namespace (never propagated here: the path is an empty file outside)
+        and podman 4 names it rootless-netns-<hash> (both seen in a Debian 12
+        guest, podman 4.3.1). `mount_ns_pid_file` and a final '*' follow it
+        there; the control is the path alone, the spelling the boot script
+        wrote before, under which the container's DNS goes unanswered."""
+        base = tempfile.mkdtemp(prefix=f"fyw-{n.PID}-pause-")
+        n.on_cleanup(lambda: shutil.rmtree(base, ignore_errors=True), f"dir {base}")
+        pause = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sleep", "600"])
+        n.on_cleanup(lambda: (pause.kill(), pause.wait()), "the pause stand-in")
+        deadline = time.monotonic() + 5
+        while os.readlink(f"/proc/{pause.pid}/ns/mnt") == os.readlink("/proc/self/ns/mnt"):
+            self.assertLess(time.monotonic(), deadline, "unshare made no mount namespace")
+            time.sleep(0.01)
+        pid_file = os.path.join(base, "pause.pid")
+        with open(pid_file, "w") as f:
+            f.write(f"{pause.pid}\n")
+        name = os.path.join(base, "rootless-netns-" + os.urandom(10).hex())
+
+        def bridge_in_pause():
+            br, ctr = n.netns("rl"), n.netns("rlctr")
+            n.veth(ctr, [f"{d.CTR}/24"], br, [f"{d.BRIDGE_GW}/24"])
+            n.sh("ip", "-n", ctr, "route", "add", "default", "via", d.BRIDGE_GW)
+            if not os.path.exists(name):
+                open(name, "w").close()
+            n.sh("nsenter", f"--net=/run/netns/{br}", "-t", str(pause.pid), "-m",
+                 "mount", "--bind", "/proc/self/ns/net", name)
+            return br, ctr
+
+        def config(extra):
+            cfg = self.t.dnsfwd_config(listen=[(d.FWD, "", "vm"), (self.LISTEN, "/x", "bridge")])
+            with open(cfg) as f:
+                text = f.read()
+            with open(cfg, "w") as f:
+                f.write(text.replace('netns = "/x"', extra) + "follow = true\n")
+            return cfg
+
+        br1, ctr1 = bridge_in_pause()
+        # the control: the path alone is an empty file here, never followed
+        p, log, err = self.t.start_dnsfwd(config(f'netns = "{name}"'))
+        try:
+            self.wait_err(err, f"waiting for the namespace {name}")
+            time.sleep(1.0)
+            r = self.ask(ctr1, "control.github.com")
+            self.assertEqual(r["answered"], 0, r)
+        finally:
+            d.stop_dnsfwd(p, err)
+        p, log, err = self.t.start_dnsfwd(config(
+            f'netns = "{base}/rootless-netns-*"\nmount_ns_pid_file = "{pid_file}"'))
+        try:
+            got = self.wait_err(err, f"following the namespace {base}/rootless-netns-*")
+            self.assertIn(f"at /proc/{pause.pid}/root{name}", got)
+            r = self.ask(ctr1, "one.github.com")
+            self.assertEqual(r["rcodes"], {"0": 1}, r)
+            # torn down and made again, in the pause process's namespace only
+            n.sh("nsenter", "-t", str(pause.pid), "-m", "umount", name)
+            self.wait_err(err, "went away: listener closed")
+            br2, ctr2 = bridge_in_pause()
+            self.wait_err(err, f"following the namespace {base}/rootless-netns-*", count=2)
+            r = self.ask(ctr2, "two.github.com")
+            self.assertEqual(r["rcodes"], {"0": 1}, r)
+            # a second name that matches: neither is guessed at
+            open(os.path.join(base, "rootless-netns-other"), "w").close()
+            self.wait_err(err, "not following a guess")
+            lines = d.read_log(log)
+            got = [(l["ns"], l["name"], l["verdict"]) for l in lines if l.get("name")]
+            self.assertEqual(got, [("bridge", "one.github.com", "forwarded"),
+                                   ("bridge", "two.github.com", "forwarded")], lines)
+            for l in lines:
+                self.assertTrue(l["src"].startswith(f"{d.CTR}:"), l)
+        finally:
+            d.stop_dnsfwd(p, err)
 
     def test_a_missing_namespace_without_follow_fails_the_start(self):
         if os.path.exists(self.path):

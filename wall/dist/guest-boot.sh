@@ -86,8 +86,11 @@ EOT
   if [ "$dnsfwd_bridge" = 1 ]; then
     # The rootless bridge namespace, followed: it exists only while the VM
     # user has a container on a bridge network, and it is made again after
-    # the last. Podman 4 binds it at the first path, podman 5 at the second;
-    # only one ever exists, and each listener waits for its own. Each
+    # the last. Rootless podman binds it inside its own mount namespace (its
+    # pause process's; it never propagates to this one), so both listeners
+    # look for it there (mount_ns_pid_file). Podman 4 names it
+    # netns/rootless-netns-<hash>, podman 5 at the second path; only one ever
+    # exists, and each listener waits for its own. Each
     # namespace found there gets its listener and its :53 redirect (to the
     # bridge gateway's address on 5353), so the log names the container by
     # its address. Until then a container's DNS leaves as the VM user's and
@@ -97,13 +100,15 @@ EOT
 
 [[listen]]
 address = "0.0.0.0:5353"
-netns = "/run/user/$vm_uid/netns/rootless-netns"
+netns = "/run/user/$vm_uid/netns/rootless-netns-*"
+mount_ns_pid_file = "/run/user/$vm_uid/libpod/tmp/pause.pid"
 name = "bridge"
 follow = true
 
 [[listen]]
 address = "0.0.0.0:5353"
 netns = "/run/user/$vm_uid/containers/networks/rootless-netns/rootless-netns"
+mount_ns_pid_file = "/run/user/$vm_uid/libpod/tmp/pause.pid"
 name = "bridge5"
 follow = true
 EOT

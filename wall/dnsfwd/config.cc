@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "core/config.h"
+#include "core/netns_path.h"
 
 namespace fy::dnsfwd {
 namespace {
@@ -102,6 +103,20 @@ Result<Config> parse_config(std::string_view text, const std::string& path) {
       }
       out.follow = *v;
     }
+    if (!out.netns.empty()) {
+      std::string why = netns_path_problem(out.netns);
+      if (out.netns.find('*') != std::string::npos && !out.follow)
+        why = "a '*' names a namespace that comes and goes: it needs follow = true";
+      if (!why.empty()) l.error("netns", why);
+    }
+    if (auto v = l.string("mount_ns_pid_file")) {
+      if (!out.follow)
+        l.error("mount_ns_pid_file", "needs follow = true and netns: a namespace bound in "
+                                     "another process's mount namespace comes and goes with it");
+      else if (v->empty() || (*v)[0] != '/')
+        l.error("mount_ns_pid_file", "must be an absolute path");
+      out.mount_ns_pid_file = *v;
+    }
     if (out.redirect && (out.address.host.rfind("127.", 0) == 0 || out.address.host == "::1")) {
       l.error("address", fmt::format("{} is a loopback address, which a bridge's redirect "
                                      "cannot send containers to (the kernel drops them as "
@@ -195,7 +210,8 @@ std::string needs_restart(const Config& running, const Config& next) {
   };
   std::vector<std::string> a, b;
   auto key = [](const Listen& l) {
-    return l.address.authority() + "|" + l.netns + "|" + l.name + (l.follow ? "|follow" : "") +
+    return l.address.authority() + "|" + l.netns + "|" + l.mount_ns_pid_file + "|" + l.name +
+           (l.follow ? "|follow" : "") +
            (l.redirect ? "|redirect" : "");
   };
   for (const Listen& l : running.listen) a.push_back(key(l));

@@ -24,6 +24,12 @@
 //   follow = true                       # with netns: it may not exist yet and may be
 //                                       # re-created (podman's rootless namespace):
 //                                       # opened when it appears, moved to each new one
+//   mount_ns_pid_file = "/run/user/1000/libpod/tmp/pause.pid"
+//                                       # with follow: netns is bound in that process's
+//                                       # mount namespace (rootless podman's pause
+//                                       # process), not this one; a final '*' in netns
+//                                       # matches the one entry so named (podman 4's
+//                                       # rootless-netns-<hash>): core/netns_path.h
 #pragma once
 
 #include <cstdint>
@@ -50,6 +56,9 @@ struct Listen {
   // listener (and its redirect) is opened in each namespace found there and
   // closed when it goes, instead of a missing one failing the start.
   bool follow = false;
+  // With follow: `netns` is read in the mount namespace of the process this
+  // file names (core/netns_path.h); "" = the daemon's own.
+  std::string mount_ns_pid_file;
 };
 
 struct Config {

@@ -20,6 +20,7 @@
 #include "core/json.h"
 #include "core/loop.h"
 #include "core/net.h"
+#include "core/netns_path.h"
 #include "wall/dnsfwd/owner.h"
 #include "wall/dnsfwd/redirect.h"
 
@@ -37,6 +38,9 @@ struct Server::Listener {
   // a namespace it could not open there may be tried again.
   uint64_t ns_ino = 0;
   uint64_t failed_ino = 0, retry_ms = 0;
+  // follow: why the path names no namespace to follow when that is worth
+  // saying (a pattern that matches several), logged when it changes.
+  std::string unlocated;
 };
 
 struct Server::Upstream {
@@ -383,9 +387,19 @@ Server::Listener* Server::retire_listener(Listener* l) {
 
 void Server::follow(Listener*& l) {
   // The namespace now at the path: its inode, or 0 when there is none (a
-  // path podman left behind unmounted is a plain file, not a namespace).
+  // path podman left behind unmounted is a plain file, not a namespace; a
+  // pause process not started yet; nothing matching the pattern).
   uint64_t ino = 0;
-  int nsfd = open(l->cfg.netns.c_str(), O_RDONLY | O_CLOEXEC);
+  auto located = locate_netns(l->cfg.netns, l->cfg.mount_ns_pid_file);
+  std::string unlocated =
+      !located && located.error().code == Errc::invalid_argument ? located.error().message : "";
+  if (unlocated != l->unlocated) {
+    if (!unlocated.empty())
+      log::warn("listen {}: {}; the namespace is not followed until only one matches", l->where,
+                unlocated);
+    l->unlocated = unlocated;
+  }
+  int nsfd = located ? open(located->c_str(), O_RDONLY | O_CLOEXEC) : -1;
   struct stat st {};
   struct statfs sf {};
   if (nsfd >= 0 && fstat(nsfd, &st) == 0 && fstatfs(nsfd, &sf) == 0 &&
@@ -420,7 +434,8 @@ void Server::follow(Listener*& l) {
     return;
   }
   l->ns_ino = ino;
-  log::info("listen {}: following the namespace {} (inode {})", l->where, l->cfg.netns, ino);
+  log::info("listen {}: following the namespace {} (inode {}{})", l->where, l->cfg.netns, ino,
+            *located == l->cfg.netns ? std::string() : ", at " + *located);
 }
 
 void Server::close() {

@@ -97,6 +97,20 @@ walled="\"$uid\""
 if [ -n "$subuids" ]; then
   walled="$walled, \"$subuids\""
 fi
+# The VM user's rootless bridge namespace, which the forwarder and fy-dnsfwd
+# follow (docs/fy-machine.md, "The bridge namespace"). Rootless podman binds
+# it inside its own mount namespace, the pause process's, where it never
+# propagates to this one: both daemons look for it there (mount_ns_pid_file).
+# Podman 4 names it netns/rootless-netns-<hash>, podman 5
+# containers/networks/rootless-netns/rootless-netns: chosen by the podman
+# installed (this script runs again at every boot, so an upgrade is followed).
+podman_major=$(podman --version 2>/dev/null | sed -n 's/^podman version \([0-9][0-9]*\)[.].*/\1/p')
+if [ "${podman_major:-0}" -ge 5 ]; then
+  bridge_netns="/run/user/$uid/containers/networks/rootless-netns/rootless-netns"
+else
+  bridge_netns="/run/user/$uid/netns/rootless-netns-*"
+fi
+bridge_pause="/run/user/$uid/libpod/tmp/pause.pid"
 cat >/etc/fy/forwarder.toml.tmp <<__FY_FWD_TOML__
 # written by fy-machine's boot provisioning
 key_file = "/var/lib/fy-forwarder/forwarder.key"
@@ -117,7 +131,8 @@ ports = "@@MINTER_PORTS@@"
 stamp = false
 
 [bridge]
-netns = "/run/user/$uid/netns/rootless-netns"
+netns = "$bridge_netns"
+mount_ns_pid_file = "$bridge_pause"
 @@BRIDGE_WATCH@@
 [vm]
 listen = "127.42.0.1"
@@ -172,7 +187,8 @@ name = "vm"
 # socket and meets the VM's redirect above (judged, logged with the VM's
 # address): never unjudged.
 address = "0.0.0.0:5353"
-netns = "/run/user/$uid/netns/rootless-netns"
+netns = "$bridge_netns"
+mount_ns_pid_file = "$bridge_pause"
 name = "bridge"
 follow = true
 __FY_DNSFWD_TOML__

@@ -81,14 +81,19 @@ class Boot(unittest.TestCase):
         for x, y in diff[1:]:
             self.assertTrue("41000" in x or "41100" in x, (x, y))
 
-    def forwarder_toml(self, text):
+    def forwarder_toml(self, text, path=None):
         """The forwarder config's heredoc, expanded by bash as the guest does
-        (the VM user's uid, its subuid range)."""
+        (the VM user's uid, its subuid range, the bridge namespace chosen by
+        the script's own lines for the `podman` found on `path`)."""
+        start = text.index("podman_major=$(podman --version")
+        choice = text[start:text.index("\n", text.index("bridge_pause=")) + 1]
         start = "cat >/etc/fy/forwarder.toml.tmp <<__FY_FWD_TOML__\n"
         body = text.split(start, 1)[1].split("\n__FY_FWD_TOML__\n", 1)[0]
-        script = ("uid=1000\nwalled='\"1000\", \"100000-165535\"'\n"
+        script = ("uid=1000\nwalled='\"1000\", \"100000-165535\"'\n" + choice +
                   "cat <<__FY_FWD_TOML__\n" + body + "\n__FY_FWD_TOML__\n")
-        r = subprocess.run(["bash", "-euc", script], capture_output=True, text=True, check=True)
+        env = dict(os.environ, PATH=path) if path else None
+        r = subprocess.run([shutil.which("bash"), "-euc", script], capture_output=True,
+                           text=True, check=True, env=env)
         return r.stdout
 
     def test_the_forwarder_serves_the_whole_band_the_wall_admits(self):
@@ -127,6 +132,43 @@ class Boot(unittest.TestCase):
         if not FORWARDER:
             self.skipTest("FY_FORWARDER_BIN is unset (fy-machine built alone, no fy-forwarder); "
                           "the band was checked, --check-config was not run")
+
+    def test_the_bridge_namespace_is_podmans_own(self):
+        """The forwarder follows the rootless bridge namespace where the podman
+        installed binds it, looked up in its pause process's mount namespace:
+        podman 4's netns/rootless-netns-<hash> (seen in a Debian 12 guest),
+        podman 5's containers/networks/rootless-netns/rootless-netns."""
+        text, _ = render(41000)
+        want = {"podman version 4.3.1": "/run/user/1000/netns/rootless-netns-*",
+                "podman version 5.4.2": "/run/user/1000/containers/networks/rootless-netns/"
+                                        "rootless-netns",
+                "podman version 10.0.0-dev": "/run/user/1000/containers/networks/rootless-netns/"
+                                             "rootless-netns",
+                # No podman at all: podman 4's (nothing is followed until one is installed
+                # and the script runs again).
+                None: "/run/user/1000/netns/rootless-netns-*"}
+        for version, netns in want.items():
+            bindir = os.path.join(self.d, "bin-%s" % (version or "none").replace(" ", "_"))
+            os.makedirs(bindir, exist_ok=True)
+            for tool in ("sed", "cat"):  # all the lines need, and no other podman
+                if not os.path.exists(os.path.join(bindir, tool)):
+                    os.symlink(shutil.which(tool), os.path.join(bindir, tool))
+            if version:
+                with open(os.path.join(bindir, "podman"), "w") as f:
+                    f.write("#!/bin/sh\necho '%s'\n" % version)
+                os.chmod(os.path.join(bindir, "podman"), 0o755)
+            toml = self.forwarder_toml(text, path=bindir)
+            cfg = tomllib.loads(toml)
+            self.assertEqual(cfg["bridge"]["netns"], netns, version)
+            self.assertEqual(cfg["bridge"]["mount_ns_pid_file"],
+                             "/run/user/1000/libpod/tmp/pause.pid", version)
+            if FORWARDER:
+                p = os.path.join(self.d, "fwd-bridge.toml")
+                with open(p, "w") as f:
+                    f.write(toml)
+                c = subprocess.run([FORWARDER, "--check-config", "--config", p],
+                                   capture_output=True, text=True, timeout=30)
+                self.assertEqual(c.returncode, 0, c.stderr)
 
     def test_the_allow_lists_forced_command(self):
         """The forced command of root's allow-list key, alone: bash -n and

@@ -228,8 +228,16 @@ TEST_CASE("the boot script: fy-dnsfwd's config checked before it is moved in, st
            "address = \"127.42.0.53\"\n") > wall_key);
   CHECK(at("upstream = [\"$dns_upstream\"]\n") < at("__FY_DNSFWD_TOML__\nif ! \"$dnsfwd\" --check"));
   // The bridge listener follows the namespace the forwarder follows.
-  CHECK(at("[bridge]\nnetns = \"/run/user/$uid/netns/rootless-netns\"\n") <
-        at("address = \"0.0.0.0:5353\"\nnetns = \"/run/user/$uid/netns/rootless-netns\"\n"
+  // Both look for it in rootless podman's mount namespace, at the path of the
+  // podman installed (tests/machine boot_script runs the choice under bash).
+  size_t choice = at("bridge_pause=\"/run/user/$uid/libpod/tmp/pause.pid\"\n");
+  CHECK(at("if [ \"${podman_major:-0}\" -ge 5 ]; then\n"
+           "  bridge_netns=\"/run/user/$uid/containers/networks/rootless-netns/rootless-netns\"\n"
+           "else\n  bridge_netns=\"/run/user/$uid/netns/rootless-netns-*\"\nfi\n") < choice);
+  CHECK(choice < at("[bridge]\nnetns = \"$bridge_netns\"\nmount_ns_pid_file = \"$bridge_pause\"\n"));
+  CHECK(at("[bridge]\nnetns = \"$bridge_netns\"\n") <
+        at("address = \"0.0.0.0:5353\"\nnetns = \"$bridge_netns\"\n"
+           "mount_ns_pid_file = \"$bridge_pause\"\n"
            "name = \"bridge\"\nfollow = true\n__FY_DNSFWD_TOML__\n"));
   CHECK(at("dns_upstream=${dns_upstream:-192.168.5.3}\n") < at("upstream = [\"$dns_upstream\"]"));
   CHECK(at("allow_file = \"/etc/fy/dnsfwd-allow.txt\"\n") > at("install -m0644 /dev/null /etc/fy/dnsfwd-allow.txt"));

@@ -1,0 +1,42 @@
+// Where a followed network namespace is now: the path a daemon opens.
+//
+// fy-forwarder's [bridge] and fy-dnsfwd's followed listeners name the rootless
+// bridge namespace by a path that is, or will be, a bind mount of an nsfs file.
+// Rootless podman makes two things of that path that the path alone does not
+// say (both seen in a real Debian 12 guest, podman 4.3.1; docs/fy-machine.md):
+//  - It binds the namespace inside its own mount namespace, the pause
+//    process's. That namespace is owned by the VM user's user namespace, so
+//    the mount never propagates back: in the daemon's mount namespace the path
+//    is an empty file, and a namespace that exists is never followed.
+//    `mount_ns_pid_file` names a process in whose mount namespace to look (for
+//    podman, $XDG_RUNTIME_DIR/libpod/tmp/pause.pid): the path is then read as
+//    /proc/<pid>/root<path>.
+//  - Podman 4 names it rootless-netns-<a hash of its storage paths>, podman 5
+//    rootless-netns/rootless-netns. A last component that ends in '*' matches
+//    the one entry of its directory that starts with what precedes the '*'.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+
+#include "core/result.h"
+
+namespace fy {
+
+// The path to open now for `path` (see above; `mount_ns_pid_file` "" = this
+// process's mount namespace). Errc::not_found, with a message that says why,
+// when the pid file holds no live pid or nothing matches the pattern (yet);
+// Errc::invalid_argument when the pattern matches more than one entry, which
+// are named: following one of them would be a guess.
+Result<std::string> locate_netns(const std::string& path, const std::string& mount_ns_pid_file);
+
+// Why `path` cannot name a followed namespace ("" when it can): it must be
+// absolute, and a '*' may only end its last component. For config readers.
+std::string netns_path_problem(const std::string& path);
+
+// Reads a pid file (decimal, optional trailing newline or spaces); 0 when it
+// is absent, empty or malformed, or names no possible pid.
+pid_t read_pid_file(const std::string& path);
+
+}  // namespace fy
