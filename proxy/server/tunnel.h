@@ -19,8 +19,15 @@
 // So a Tunnel is the state (kind, clock, counters, the bytes held while the
 // origin connects, the error) and the steps of the relay. Each step acts only
 // on the Streams it is given (writes, shutdowns) and returns what the owner
-// must do; none calls back, closes, frees or pauses anything, so none can
-// dispose of its caller.
+// must do; none calls back, closes, frees or pauses anything itself.
+//
+// Lifetimes: the Tunnel owns no handle and keeps no Stream between calls. A
+// write may still fail at once and tell the Stream's handler (the owner)
+// from inside the step, as Stream::write always may; the owner may then close
+// and retire that Stream, which stays allocated until its close callback, so
+// the step's reading of it afterwards (above_high()) is safe, and so is the
+// pause a step may then ask for (Stream::pause on a closing Stream, whose
+// reading close() already stopped, only sets a flag).
 //
 // Half-closes are read from the Streams (Stream::eof_seen(), set as on_eof
 // is reported), not kept twice: a client FIN that came before a 101 counts
