@@ -97,7 +97,7 @@ void Connection::on_eof(Stream& s) {
     client_eof_ = true;
     switch (mode_) {
       case Mode::tunnel:
-        if (Stream* o = origin_out()) o->shutdown();
+        tunnel_.client_eof(origin_out());
         finish_tunnel_if_done();
         return;
       case Mode::lingering: close("client closed"); return;
@@ -125,7 +125,7 @@ void Connection::on_eof(Stream& s) {
   // The origin.
   origin_eof_ = true;
   if (mode_ == Mode::tunnel) {
-    client_.shutdown();
+    tunnel_.origin_eof(client_);
     finish_tunnel_if_done();
     return;
   }
@@ -186,11 +186,7 @@ void Connection::on_dialed(Stream& s) {
   touch();  // an exchange's silence clock starts at the connect
   if (origin_tls_) ++srv_.metrics().tls_origin_handshakes;
   if (mode_ == Mode::tunnel) origin_ready_ms_ = uv_now(srv_.loop());
-  if (mode_ == Mode::tunnel && !hello_.empty()) {
-    origin_->write(hello_);
-    hello_.clear();
-    if (!origin_->above_high()) resume_client(kPeerFull);
-  }
+  if (mode_ == Mode::tunnel && tunnel_.origin_connected(*origin_)) resume_client(kPeerFull);
   arm_timer();
 }
 
@@ -228,16 +224,8 @@ void Connection::on_client_bytes(const ChunkRef& c, const char* p, size_t n) {
   switch (mode_) {
     case Mode::lingering: return;  // discarded
     case Mode::tunnel:
-      tunnel_up_ += n;
-      if (origin_) {
-        origin_->write(c, p, n);
-        if (origin_->above_high()) pause_client(kPeerFull);
-      } else if (dialer_.dialling()) {
-        // Still connecting (never an upgrade: its origin answered the 101):
-        // kept until on_dialed, within the same bound as a write queue.
-        hello_.append(p, n);
-        if (hello_.size() > Stream::kHighWater) pause_client(kPeerFull);
-      }
+      // Still connecting: kept by the tunnel until on_dialed.
+      if (tunnel_.from_client(origin_, dialer_.dialling(), c, p, n)) pause_client(kPeerFull);
       return;
     case Mode::hello: on_hello_bytes(p, n); return;
     case Mode::handshake: return;  // TLS delivers nothing before on_ready
@@ -659,8 +647,7 @@ void Connection::establish(const admission::Decision& d) {
   inner_kind_ = d.inner_kind;
   req_parser_.reset();
   req_reader_.reset();
-  tunnel_start_wall_ = ex_.row.ts_ms;
-  tunnel_start_ms_ = ex_.start_ms;
+  tunnel_.set_start(ex_.row.ts_ms, ex_.start_ms);
   client_.write("HTTP/1.1 200 Connection established\r\n\r\n");
   ex_.active = false;  // the tunnel's own row (or its requests' rows) follow
   mode_ = Mode::hello;
@@ -743,12 +730,14 @@ void Connection::apply_hello(const admission::Decision& d) {
 }
 
 void Connection::start_tunnel(TunnelKind kind) {
-  tunnel_ = kind;
-  tls_mode_ = kind == TunnelKind::passthrough ? "passthrough" : "opaque";
+  std::string held;
+  held.swap(hello_);
+  tunnel_.open(kind, std::move(held));  // written on_dialed
+  tls_mode_ = Tunnel::tls_mode(kind);
   mode_ = Mode::tunnel;
   mode_start_ms_ = uv_now(srv_.loop());
   ++srv_.metrics().tunnels;
-  dial(connect_dest_, /*tls=*/false);  // hello_ is written on_ready
+  dial(connect_dest_, /*tls=*/false);
   arm_timer();
 }
 
@@ -872,9 +861,7 @@ void Connection::on_request_complete() {
 
 void Connection::on_origin_bytes(const ChunkRef& c, const char* p, size_t n) {
   if (mode_ == Mode::tunnel) {
-    tunnel_down_ += n;
-    client_.write(c, p, n);
-    if (client_.above_high()) pause_origin(kPeerFull);
+    if (tunnel_.from_origin(client_, c, p, n)) pause_origin(kPeerFull);
     return;
   }
   while (n > 0 && !closing_) {
@@ -899,10 +886,9 @@ void Connection::on_origin_bytes(const ChunkRef& c, const char* p, size_t n) {
       n -= used;
       on_response_head(head);
       if (mode_ == Mode::tunnel) {
-        if (n > 0) {
-          tunnel_down_ += n;
-          client_.write(c, p, n);
-        }
+        // The new protocol's first bytes, behind the 101 (the origin is not
+        // paused for them, as it never was).
+        if (n > 0) (void)tunnel_.from_origin(client_, c, p, n);
         return;
       }
       if (resp_ == Resp::none && n > 0 && origin_ && !closing_) {
@@ -1001,20 +987,17 @@ void Connection::on_response_head(std::string_view head) {
     client_.write(out);
     ex_.row.bytes_down += out.size();
     ++srv_.metrics().upgrades;
-    tunnel_ = TunnelKind::upgrade;
+    tunnel_.open(TunnelKind::upgrade);
     mode_ = Mode::tunnel;
     mode_start_ms_ = uv_now(srv_.loop());
-    tunnel_start_ms_ = ex_.start_ms;
-    tunnel_start_wall_ = ex_.row.ts_ms;
-    // Bytes the client sent after its request belong to the new protocol.
+    tunnel_.set_start(ex_.row.ts_ms, ex_.start_ms);
+    // Bytes the client sent after its request belong to the new protocol
+    // (the client is not paused for them, as it never was).
     std::vector<Slice> pending;
     pending.swap(stash_);
     stash_bytes_ = 0;
     resume_client(kStashFull);
-    for (Slice& s : pending) {
-      tunnel_up_ += s.len;
-      origin_->write(s.chunk, s.data(), s.len);
-    }
+    for (Slice& s : pending) (void)tunnel_.from_client(origin_, false, s.chunk, s.data(), s.len);
     arm_timer();
     return;
   }
@@ -1204,7 +1187,7 @@ void Connection::origin_failed(Errc kind, const std::string& detail,
   retire_origin();
   if (mode_ == Mode::tunnel) {
     ex_.row.error = reason;
-    tunnel_error_ = reason;
+    tunnel_.end_with(reason);
     close("the tunnel's origin failed");
     return;
   }
@@ -1338,25 +1321,8 @@ void Connection::write_exchange_row() {
 }
 
 void Connection::write_tunnel_row() {
-  netlog::Row row;
-  row.ts_ms = tunnel_start_wall_;
-  row.host = tunnel_ == TunnelKind::upgrade ? ex_.row.host : connect_dest_.key(443);
-  row.duration_ms = static_cast<int64_t>(uv_now(srv_.loop()) - tunnel_start_ms_);
-  row.bytes_up = tunnel_up_;
-  row.bytes_down = tunnel_down_;
-  row.error = tunnel_error_.empty() ? dialer_.last_error() : tunnel_error_;
-  if (tunnel_ == TunnelKind::upgrade) {
-    row.method = ex_.row.method;
-    row.path = ex_.row.path;
-    row.status = 101;
-    row.ua = ex_.row.ua;
-    row.bytes_up += ex_.row.bytes_up;
-    row.bytes_down += ex_.row.bytes_down;
-  } else {
-    row.method = "CONNECT";
-    row.passthrough = true;
-    row.tls = tls_mode_;
-  }
+  netlog::Row row =
+      tunnel_.row(uv_now(srv_.loop()), dialer_.last_error(), ex_.row, connect_dest_.key(443));
   fill_row(row);
   srv_.netlog().append(row);
 }
@@ -1445,10 +1411,7 @@ void Connection::linger() {
 }
 
 void Connection::finish_tunnel_if_done() {
-  if (!client_eof_ || !origin_eof_) return;
-  if (!client_.shutdown_done()) return;
-  if (Stream* o = origin_out(); o && !o->shutdown_done()) return;
-  close("tunnel finished");
+  if (tunnel_.finished(client_, origin_out())) close("tunnel finished");
 }
 
 void Connection::touch() { last_io_ms_ = uv_now(srv_.loop()); }
@@ -1466,7 +1429,8 @@ ConnTimes Connection::times() const {
   t.mode_start = mode_start_ms_;
   t.setup_start = setup_start_ms_;
   t.connect_port = connect_dest_.port;
-  t.blind_waiting = mode_ == Mode::tunnel && tunnel_ != TunnelKind::upgrade && tunnel_down_ == 0;
+  t.blind_waiting =
+      mode_ == Mode::tunnel && tunnel_.kind() != TunnelKind::upgrade && tunnel_.down() == 0;
   t.origin_ready = origin_ready_ms_;
   return t;
 }
@@ -1505,7 +1469,7 @@ void Connection::setup_timed_out(Phase phase) {
                          secs);
       break;
     case Phase::first_bytes:
-      what = tunnel_up_ == 0
+      what = tunnel_.up() == 0
                  ? fmt::format("the tunnel carried no byte either way within {} s of its "
                                "origin's connect",
                                secs)
@@ -1518,7 +1482,7 @@ void Connection::setup_timed_out(Phase phase) {
                log::ConnId{id_}, connect_dest_.authority(), phase_name(phase), what);
   std::string error = "timeout: " + what;
   if (mode_ == Mode::tunnel) {
-    tunnel_error_ = error;  // close() writes the tunnel's row with it
+    tunnel_.end_with(error);  // close() writes the tunnel's row with it
   } else {
     begin_row("CONNECT");
     ex_.row.host = connect_dest_.key(443);
@@ -1626,7 +1590,7 @@ void Connection::rejudge(int64_t now_ms) {
   o.build = build_proof();
   o.inside = in_connect_ ? &inside : nullptr;
   o.tunnel = mode_ == Mode::tunnel;
-  o.passthrough = tunnel_ == TunnelKind::passthrough;
+  o.passthrough = tunnel_.kind() == TunnelKind::passthrough;
   o.exchange = ex_.active;
   o.exchange_dest = ex_.dest;
   o.exchange_kind = ex_.kind;
@@ -1647,7 +1611,7 @@ void Connection::rejudge(int64_t now_ms) {
     ex_.row.error = std::string("closed: ") + why;
     write_exchange_row();
   }
-  if (mode_ == Mode::tunnel) tunnel_error_ = std::string("closed: ") + why;
+  if (mode_ == Mode::tunnel) tunnel_.end_with(std::string("closed: ") + why);
   close(why);
 }
 

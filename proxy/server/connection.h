@@ -22,6 +22,11 @@
 // implements its DialOwner, keeps the deferral of a dial that failed at once
 // (reported by its timer) and owns the origin Stream once it is handed over.
 //
+// The relay of the tunnel mode (bytes both ways, half-closes, the counters,
+// the bytes held while its origin connects, its row) is the Tunnel's
+// (tunnel.h): this class stays the handler of both Streams, passes it their
+// events and applies what it returns (a pause, the close).
+//
 // Ownership: the Server allocates a Connection per accepted socket. The
 // Connection owns its client Stream, timer and dialer by value and its origin
 // Stream by pointer once connected (a retired origin closes and frees
@@ -48,6 +53,7 @@
 #include "proxy/policy/pattern.h"
 #include "proxy/server/deadline.h"
 #include "proxy/server/origin_dialer.h"
+#include "proxy/server/tunnel.h"
 
 namespace fy::proxy {
 
@@ -129,7 +135,6 @@ class Connection final : public StreamHandler, private DialOwner {
   // body (if any) waits in the stash until the head goes out.
   enum class Req : uint8_t { head, wait, body, done };
   enum class Resp : uint8_t { none, head, body };
-  enum class TunnelKind : uint8_t { none, passthrough, opaque, upgrade };
   // Why a side is not being read; reading resumes when the mask is empty.
   enum PauseReason : uint8_t { kPeerFull = 1, kStashFull = 2, kWaitCredential = 4 };
 
@@ -225,6 +230,7 @@ class Connection final : public StreamHandler, private DialOwner {
   void begin_row(std::string_view method);
   void fill_row(netlog::Row& row);
   void write_exchange_row();
+  // The tunnel's row (tunnel_.row()), with this connection's fields.
   void write_tunnel_row();
   // Binds the connection to its first head's stamp (once; later calls do
   // nothing). `parsed` is the head as llhttp read it, or null when it could
@@ -264,7 +270,6 @@ class Connection final : public StreamHandler, private DialOwner {
   Mode mode_ = Mode::http;
   Req req_ = Req::head;
   Resp resp_ = Resp::none;
-  TunnelKind tunnel_ = TunnelKind::none;
   uint8_t client_pause_ = 0;
   uint8_t origin_pause_ = 0;
   std::string peer_;
@@ -285,9 +290,10 @@ class Connection final : public StreamHandler, private DialOwner {
   std::string sni_;
   std::string tls_mode_;  // "decrypted", "passthrough", "plain", "opaque"
   std::string hello_;     // bytes read while waiting for the ClientHello
-  int64_t tunnel_start_wall_ = 0;
-  uint64_t tunnel_start_ms_ = 0;
-  uint64_t tunnel_up_ = 0, tunnel_down_ = 0;
+  // The relay of a passthrough or opaque CONNECT, or an upgrade (tunnel.h):
+  // its state and row; this connection feeds it the Streams' events while
+  // mode_ is tunnel and applies what it returns (pauses, the close).
+  Tunnel tunnel_;
   bool build_ = false;         // the connection proved a build secret
   bool build_marker_ = false;  // it presented the (public) build marker
   bool proxy_auth_seen_ = false;
@@ -315,11 +321,6 @@ class Connection final : public StreamHandler, private DialOwner {
   bool origin_tls_ = false;
   bool origin_fresh_ = true;  // no exchange has used it yet
   bool out_of_files_ = false;  // the dial found no descriptor to spare: 503, not 502
-  // The tunnel's Network Log error when the connection ended it (its origin
-  // failed, a setup phase ran out, the policy closed it); when empty, the
-  // row carries the dialer's last connect error, as it always has (one
-  // variable held both before the dialer was split out).
-  std::string tunnel_error_;
   // The eager dial of a decrypted tunnel (started while the client
   // handshakes) is the origin the first request will use; until that request
   // is forwarded, the dial's failure is kept for it in early_failure_. An
