@@ -42,6 +42,10 @@ GATEWAY = "10.0.2.100"
 # -T (exit 139, a segfault at address 0 in the kernel log; without -T it works):
 # the time limit is timeout(1)'s instead, busybox's own applet in a container.
 WGET = "timeout 20 busybox wget -q -O -"
+# fy-forwarder's status line in the guest, from its control socket.
+CONTROL_STATUS = ("python3 -c \"import socket; s = socket.socket(socket.AF_UNIX); "
+                  "s.settimeout(5); s.connect('/run/fy-forwarder/control.sock'); "
+                  "s.sendall(b'status\\n'); print(s.recv(65536).decode())\"")
 
 
 def missing():
@@ -532,6 +536,139 @@ class QemuMachine(unittest.TestCase):
         self.assertEqual(r.returncode, 1, r.stderr)
         self.assertIn("mounts read-write: the walled side could write it", r.stderr)
         self.assertEqual(self.allow_list(), before)
+
+    def test_3g_dns_allow_watch_sends_each_change_of_the_policy(self):
+        """`dns-allow POLICY --watch` sends the list, then again at each change
+        of the policy (as fy-proxy reloads it): a name added is resolved a
+        moment later, a broken edit is refused and the guest keeps its list,
+        the fix is sent, and SIGTERM ends the watch (0)."""
+        self.dns_upstream()
+        pol = self.policy("policy-w.toml", 'mode = "enforce"\nallow = ["allowed.example"]\n')
+        w = subprocess.Popen([FY_MACHINE, "dns-allow", *self.opts, pol, "--watch"], env=self.env,
+                             text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             stdin=subprocess.DEVNULL)
+        said = []
+
+        def wait_for(text, timeout=90):
+            deadline = time.monotonic() + timeout
+            while not any(text in l for l in said):
+                self.assertLess(time.monotonic(), deadline, "the watch did not say %r:\n%s"
+                                % (text, "".join(said)))
+                self.assertIsNone(w.poll(), "the watch ended:\n" + "".join(said))
+                said.append(w.stderr.readline())
+        try:
+            wait_for("▶ watching " + pol)
+            self.assertEqual(self.walled_query("watched.example"), 5)
+            with open(pol + ".tmp", "w") as f:
+                f.write('mode = "enforce"\nallow = ["allowed.example", "watched.example"]\n')
+            os.rename(pol + ".tmp", pol)  # as an editor saves it
+            wait_for("(2 names, was 1)")
+            self.assertEqual(self.walled_query("watched.example", want=0), 0)
+            before = self.allow_list()
+            with open(pol, "w") as f:
+                f.write('mode = "enforce"\nallow = [\n')
+            wait_for("fy-dnsfwd-allow refused the policy")
+            self.assertEqual(self.allow_list(), before, "a refused edit leaves the guest's list")
+            self.assertIsNone(w.poll(), "a refused edit does not end the watch")
+            with open(pol, "w") as f:
+                f.write('mode = "enforce"\nallow = ["allowed.example"]\n')
+            wait_for("(1 names, was 2)")
+            self.assertEqual(self.walled_query("watched.example", want=5), 5)
+            w.terminate()
+            rest = w.communicate(timeout=30)[1]
+            self.assertEqual(w.returncode, 0, "".join(said) + rest)
+            self.assertIn("the watch on %s ended" % pol, rest)
+        finally:
+            if w.poll() is None:
+                w.kill()
+                w.wait()
+
+    def test_3f_a_bridge_container_is_judged_in_the_rootless_bridge_namespace(self):
+        """A rootless container on podman's bridge network: its egress and its
+        DNS are served in the VM user's rootless bridge namespace, which podman
+        4 binds as netns/rootless-netns-<hash> inside its pause process's mount
+        namespace (never visible in root's). The provisioned forwarder and
+        fy-dnsfwd follow it there (mount_ns_pid_file): the Network Log row and
+        the DNS log name the container by its bridge address. Before, both
+        followed /run/user/<uid>/netns/rootless-netns, which never exists:
+        the request left as the VM user's and the query was logged as the
+        VM's (tests/forwarder test_follow and tests/wall test_dns have the
+        control)."""
+        up = self.dns_upstream()
+        if self.podman("image", "exists", "localhost/bb:2", check=False).returncode != 0:
+            tar = subprocess.run(self.root_argv() + [
+                "rm -rf /tmp/bb2 && mkdir -p /tmp/bb2/bin && cp /bin/busybox /tmp/bb2/bin/ && "
+                "for a in sh wget sleep timeout nslookup; do ln -s busybox /tmp/bb2/bin/$a; done && "
+                "tar -C /tmp/bb2 -c ."], capture_output=True, check=True, timeout=120).stdout
+            self.podman("import", "-", "localhost/bb:2", input=tar)
+        self.podman("run", "-d", "--name", "fy18br", "--network=bridge", "--cgroups=disabled",
+                    "localhost/bb:2", "sleep", "600", timeout=300)
+        try:
+            ip = self.podman("inspect", "fy18br", "--format",
+                             "{{.NetworkSettings.Networks.podman.IPAddress}}").stdout.decode().strip()
+            self.assertTrue(ip.startswith("10.88."), ip)
+            # Where podman 4 put it: only in the pause process's mount namespace.
+            found = self.root("p=$(cat /run/user/1000/libpod/tmp/pause.pid); "
+                              "ls /proc/$p/root/run/user/1000/netns/ | grep '^rootless'; "
+                              "stat -f -c %T /proc/$p/root/run/user/1000/netns/rootless-netns-*; "
+                              "stat -f -c %T /run/user/1000/netns/rootless-netns-*").stdout.split()
+            # (its neighbours there are the containers' own, netns-<uuid>)
+            self.assertRegex(found[0], r"^rootless-netns-[0-9a-f]{20}$", found)
+            self.assertEqual(found[1:], ["nsfs", "tmpfs"], found)
+            url = f"http://127.0.0.1:{self.origin.port}/bridge-container"
+            deadline = time.monotonic() + 60
+            while True:
+                p = self.podman("exec", "-e", f"http_proxy=http://{GATEWAY}:{self.base}", "fy18br",
+                                "timeout", "20", "wget", "-q", "-O", "-", url, check=False)
+                if p.returncode == 0 or time.monotonic() > deadline:
+                    break
+                time.sleep(1)  # the forwarder polls every 250 ms; no hook in this guest
+            self.assertEqual(p.returncode, 0, "stdout %r stderr %r\n%s" % (
+                p.stdout[-500:], p.stderr[-1000:],
+                self.root("tail -n 20 /run/fy-svc/fy-forwarder.service.log", check=False).stdout))
+            deadline = time.monotonic() + 10
+            while not [r for r in rows(self.proxy.netlog) if r.get("path") == "/bridge-container"]:
+                self.assertLess(time.monotonic(), deadline, "no Network Log row for the request")
+                time.sleep(0.2)
+            row = [r for r in rows(self.proxy.netlog) if r.get("path") == "/bridge-container"][0]
+            self.assertNotIn("unattributed", row, row)
+            self.assertEqual(row.get("src", "").rsplit(":", 1)[0], ip,
+                             "stamped by the bridge listener with the container's address: %r" % row)
+            # Its DNS: a query to the resolver the guest names meets fy-dnsfwd's
+            # bridge listener (the redirect in that namespace), and is logged so.
+            q = self.podman("exec", "fy18br", "nslookup", "allowed.example", up, check=False)
+            log = self.root("cat /run/fy-svc/fy-dnsfwd.service.log").stdout
+            lines = [json.loads(l) for l in log.splitlines()
+                     if l.startswith("{") and '"allowed.example"' in l]
+            mine = [l for l in lines if l.get("src", "").startswith(ip + ":")]
+            self.assertTrue(mine, "no fy-dnsfwd line from %s (nslookup: %r)\n%s" % (
+                ip, q.stdout[-500:] + q.stderr[-500:], log[-3000:]))
+            self.assertEqual({(l["ns"], l["verdict"]) for l in mine}, {("bridge", "forwarded")}, mine)
+            # The control, in this guest: the forwarder as provisioned before
+            # (the path alone, podman 4's name without its hash) never follows
+            # the namespace, and the container's next request is not stamped
+            # with its bridge address.
+            self.root("cp /etc/fy/forwarder.toml /run/fy18-forwarder.toml && "
+                      "sed -i -e 's|^netns = .*|netns = \"/run/user/1000/netns/rootless-netns\"|' "
+                      "-e '/^mount_ns_pid_file = /d' /etc/fy/forwarder.toml && "
+                      "systemctl restart fy-forwarder.service")
+            try:
+                time.sleep(3)  # twelve polls
+                status = self.root(CONTROL_STATUS).stdout
+                self.assertIn("bridge=absent", status)
+                self.podman("exec", "-e", f"http_proxy=http://{GATEWAY}:{self.base}", "fy18br",
+                            "timeout", "10", "wget", "-q", "-O", "-", url + "-old", check=False)
+                old = [r for r in rows(self.proxy.netlog) if r.get("path") == "/bridge-container-old"]
+                self.assertFalse([r for r in old if r.get("src", "").rsplit(":", 1)[0] == ip], old)
+            finally:
+                self.root("mv /run/fy18-forwarder.toml /etc/fy/forwarder.toml && "
+                          "systemctl restart fy-forwarder.service")
+            deadline = time.monotonic() + 20
+            while "bridge=listening" not in self.root(CONTROL_STATUS).stdout:
+                self.assertLess(time.monotonic(), deadline, "the provisioned forwarder came back")
+                time.sleep(0.5)
+        finally:
+            self.podman("rm", "-f", "fy18br", check=False, timeout=120)
 
     def test_4_rm_tears_it_down(self):
         with open(os.path.join(self.vm_dir, "qemu.pid")) as f:

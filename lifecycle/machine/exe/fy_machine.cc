@@ -36,11 +36,13 @@ verbs:
   socket        print its libpod socket (unix://...)
   ssh-target    pin the guest's ssh host key (first contact) or verify it, and
                 print an ssh command; --json: {"config","host","user","known_hosts",...}
-  dns-allow [POLICY] [--allow-file FILE]
+  dns-allow [POLICY] [--allow-file FILE] [--watch]
                 send the guest's DNS forwarder its allow list: the names of the
                 proxy's POLICY (rendered by fy-dnsfwd-allow; default
                 [machine].dns_policy), or FILE as it is, over root's
-                forced-command channel; a refused list leaves the old one
+                forced-command channel; a refused list leaves the old one.
+                --watch: then send it again at each change of that file
+                (looked at every second) until Ctrl-C, as fy-proxy reloads it
 
 options:
   --config FILE     foldyard.toml (default: ./foldyard.toml when present)
@@ -79,7 +81,7 @@ int main(int argc, char** argv) {
   }
   std::string verb = args[0];
   std::optional<std::string> config_path, name_flag, repo_flag, wt_flag, policy_arg, allow_file;
-  bool json = false;
+  bool json = false, watch = false;
   for (size_t i = 1; i < args.size(); ++i) {
     auto val = [&](std::optional<std::string>& dst) {
       if (i + 1 >= args.size()) return false;
@@ -94,6 +96,7 @@ int main(int argc, char** argv) {
     else if (a == "--worktrees") ok = val(wt_flag);
     else if (a == "--json" && verb == "ssh-target") json = true;
     else if (a == "--allow-file" && verb == "dns-allow") ok = val(allow_file);
+    else if (a == "--watch" && verb == "dns-allow") watch = true;
     else if (verb == "dns-allow" && !policy_arg && !a.empty() && a[0] != '-') policy_arg = a;
     else ok = false;
     if (!ok) {
@@ -321,6 +324,9 @@ int main(int argc, char** argv) {
   if (verb == "stop") return m.stop();
   if (verb == "rm") return m.rm();
   if (verb == "socket") return m.socket();
+  if (verb == "dns-allow" && watch)
+    return m.dns_allow_watch(policy_arg.value_or(""), allow_file.value_or(""),
+                             std::chrono::milliseconds(1000));
   if (verb == "dns-allow") return m.dns_allow(policy_arg.value_or(""), allow_file.value_or(""));
   return m.ssh_target(json);
 }

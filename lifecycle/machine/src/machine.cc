@@ -1,11 +1,13 @@
 #include "machine.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 #include <fmt/ranges.h>
 #include <fmt/format.h>
 
@@ -343,6 +345,77 @@ int Machine::dns_allow(const std::string& policy, const std::string& file) {
                    "list at its start",
                    n, p.rc, err.empty() ? out : err));
   return 1;
+}
+
+namespace {
+
+volatile sig_atomic_t g_watch_stop = 0;
+
+void stop_watch(int) { g_watch_stop = 1; }
+
+// The file's bytes (at most 1 MiB, fy-dnsfwd's bound on a list); false when it
+// cannot be read, with *why.
+bool read_watched(const std::string& path, std::string* out, std::string* why) {
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) {
+    *why = std::strerror(errno);
+    return false;
+  }
+  out->clear();
+  char buf[8192];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0 && out->size() < (1u << 20))
+    out->append(buf, n);
+  std::fclose(f);
+  return true;
+}
+
+}  // namespace
+
+int Machine::dns_allow_watch(const std::string& policy, const std::string& file,
+                             std::chrono::milliseconds every) {
+  const std::string& n = s_.name;
+  const std::string src = policy.empty() ? file : policy;
+  g_watch_stop = 0;
+  struct sigaction sa {};
+  sa.sa_handler = stop_watch;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  std::string last, why;
+  bool readable = read_watched(src, &last, &why);
+  dns_allow(policy, file);  // says what it did
+  if (!cli_ok() || !b_->can_provision() || b_->state(n) != State::running) return 1;
+  say_(fmt::format("▶ watching {} every {} ms: each change is sent to '{}' again, and a refused "
+                   "one leaves its list as it was — Ctrl-C ends the watch",
+                   src, every.count(), n));
+  while (!g_watch_stop) {
+    for (auto slept = 0ms; slept < every && !g_watch_stop; slept += 50ms)
+      std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(50ms, every - slept));
+    if (g_watch_stop) break;
+    std::string now;
+    if (!read_watched(src, &now, &why)) {
+      if (readable)
+        say_(fmt::format("✗ {} cannot be read ({}): '{}' keeps the list last sent; watching for "
+                         "it to come back",
+                         src, why, n));
+      readable = false;
+      continue;
+    }
+    if (readable && now == last) continue;
+    readable = true;
+    last = now;
+    State st = b_->state(n);
+    if (st != State::running) {
+      say_(fmt::format("✗ '{}' is {}: the watch ends — run: fy-machine ensure, then fy-machine "
+                       "dns-allow {} --watch",
+                       n, state_name(st),
+                       policy.empty() ? "--allow-file " + shell_quote(file) : shell_quote(policy)));
+      return 1;
+    }
+    dns_allow(policy, file);
+  }
+  say_(fmt::format("▶ the watch on {} ended; '{}' keeps the list last sent", src, n));
+  return 0;
 }
 
 int Machine::status() {

@@ -61,6 +61,12 @@ class Machine {
   // Sends the guest's fy-dnsfwd a new allow list over root's forced-command
   // channel: rendered from `policy` with fy-dnsfwd-allow, or `file` as it is.
   int dns_allow(const std::string& policy, const std::string& file);
+  // dns_allow, then again at each change of the file's content (looked at
+  // every `every`), until SIGINT or SIGTERM (0) or the VM is found not running
+  // at a change (1). A refused list is said and the watch goes on: the guest
+  // keeps the list it had. Only that file is watched, not what it names.
+  int dns_allow_watch(const std::string& policy, const std::string& file,
+                      std::chrono::milliseconds every);
 
   Backend& backend() { return *b_; }
 
