@@ -15,6 +15,7 @@
 #include <cstring>
 #include <functional>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -120,24 +121,29 @@ Result<Ctx> Ctx::open() {
   Result<void> opened = make_error(Errc::internal, "libnftables' thread did not start");
   bool ready = false;
   // Made here, so it is in this thread's network namespace (core/nft.h).
-  raw->thread_ = std::thread([raw, &opened, &ready] {
-    Result<void> r = private_descriptor_table();
-    if (r) {
-      auto ctx = make_ctx();
-      if (ctx)
-        raw->ctx_ = std::move(*ctx);
-      else
-        r = std::move(ctx).take_error();
-    }
-    bool good = r.ok();
-    {
-      std::lock_guard lk(raw->mu_);
-      opened = std::move(r);
-      ready = true;
-    }
-    raw->cv_.notify_all();
-    if (good) raw->serve();
-  });
+  try {
+    raw->thread_ = std::thread([raw, &opened, &ready] {
+      Result<void> r = private_descriptor_table();
+      if (r) {
+        auto ctx = make_ctx();
+        if (ctx)
+          raw->ctx_ = std::move(*ctx);
+        else
+          r = std::move(ctx).take_error();
+      }
+      bool good = r.ok();
+      {
+        std::lock_guard lk(raw->mu_);
+        opened = std::move(r);
+        ready = true;
+      }
+      raw->cv_.notify_all();
+      if (good) raw->serve();
+    });
+  } catch (const std::system_error& e) {
+    return make_error(Errc::io, "cannot start libnftables' thread ({}) — the process is at its "
+                      "thread limit; nothing was changed, try again", e.what());
+  }
   {
     std::unique_lock lk(raw->mu_);
     raw->cv_.wait(lk, [&] { return ready; });
