@@ -5,10 +5,18 @@
 #include "core/nft.h"
 
 #include <linux/netlink.h>
+#include <sched.h>
+#include <sys/select.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
+#include <functional>
+#include <mutex>
+#include <system_error>
+#include <thread>
 #include <vector>
 
 #include "core/fd.h"
@@ -21,13 +29,25 @@ std::string trim_trailing(std::string s) {
   return s;
 }
 
-}  // namespace
+struct CtxFree {
+  void operator()(nft_ctx* c) const noexcept { nft_ctx_free(c); }
+};
 
-void CtxFree::operator()(nft_ctx* c) const noexcept {
-  nft_ctx_free(c);
+// Gives the calling thread a private copy of the descriptor table with
+// everything from 3 up closed in it (the guard, core/nft.h).
+Result<void> private_descriptor_table() {
+  if (unshare(CLONE_FILES) != 0)
+    return make_error(Errc::io,
+                      "cannot give libnftables a descriptor table of its own "
+                      "(unshare(CLONE_FILES): {}) — nothing was changed; try again",
+                      std::strerror(errno));
+  if (close_range(3, ~0U, 0) != 0)
+    for (int fd = 3; fd < FD_SETSIZE; ++fd) ::close(fd);
+  return {};
 }
 
-Result<Ctx> Ctx::open() {
+// The probe (core/nft.h), then the context, on the calling thread.
+Result<std::unique_ptr<nft_ctx, CtxFree>> make_ctx() {
   {
     Fd probe(::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_NETFILTER));
     if (!probe)
@@ -43,18 +63,108 @@ Result<Ctx> Ctx::open() {
                       "available in this kernel?");
   if (nft_ctx_buffer_output(ctx.get()) != 0 || nft_ctx_buffer_error(ctx.get()) != 0)
     return make_error(Errc::internal, "libnftables could not buffer its output");
-  return Ctx(std::move(ctx));
+  return ctx;
+}
+
+}  // namespace
+
+// The context's thread and what it is handed: one job at a time, run under
+// mu_ while its caller waits for job_ to clear.
+struct Ctx::Worker {
+  std::mutex mu_;
+  std::condition_variable cv_;
+  const std::function<void()>* job_ = nullptr;
+  bool stop_ = false;
+  std::unique_ptr<nft_ctx, CtxFree> ctx_;  // made, used and freed on thread_ only
+  std::thread thread_;
+
+  ~Worker() {
+    {
+      std::lock_guard lk(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  void serve() {
+    std::unique_lock lk(mu_);
+    for (;;) {
+      cv_.wait(lk, [&] { return stop_ || job_ != nullptr; });
+      if (job_ != nullptr) {
+        (*job_)();
+        job_ = nullptr;
+        cv_.notify_all();
+      } else {
+        break;
+      }
+    }
+    ctx_.reset();  // its socket is in this thread's table: close it here
+  }
+
+  void call(const std::function<void()>& fn) {
+    std::unique_lock lk(mu_);
+    job_ = &fn;
+    cv_.notify_all();
+    cv_.wait(lk, [&] { return job_ == nullptr; });
+  }
+};
+
+Ctx::Ctx(std::unique_ptr<Worker> worker) : worker_(std::move(worker)) {}
+Ctx::Ctx(Ctx&&) noexcept = default;
+Ctx& Ctx::operator=(Ctx&&) noexcept = default;
+Ctx::~Ctx() = default;
+
+Result<Ctx> Ctx::open() {
+  auto w = std::make_unique<Worker>();
+  Worker* raw = w.get();
+  Result<void> opened = make_error(Errc::internal, "libnftables' thread did not start");
+  bool ready = false;
+  // Made here, so it is in this thread's network namespace (core/nft.h).
+  try {
+    raw->thread_ = std::thread([raw, &opened, &ready] {
+      Result<void> r = private_descriptor_table();
+      if (r) {
+        auto ctx = make_ctx();
+        if (ctx)
+          raw->ctx_ = std::move(*ctx);
+        else
+          r = std::move(ctx).take_error();
+      }
+      bool good = r.ok();
+      {
+        std::lock_guard lk(raw->mu_);
+        opened = std::move(r);
+        ready = true;
+      }
+      raw->cv_.notify_all();
+      if (good) raw->serve();
+    });
+  } catch (const std::system_error& e) {
+    return make_error(Errc::io, "cannot start libnftables' thread ({}) — the process is at its "
+                      "thread limit; nothing was changed, try again", e.what());
+  }
+  {
+    std::unique_lock lk(raw->mu_);
+    raw->cv_.wait(lk, [&] { return ready; });
+  }
+  if (!opened) return std::move(opened).take_error();  // ~Worker joins the thread
+  return Ctx(std::move(w));
 }
 
 Reply Ctx::run(const std::string& text, bool dry_run, bool stateless) {
-  nft_ctx_set_dry_run(ctx_.get(), dry_run);
-  nft_ctx_output_set_flags(ctx_.get(), stateless ? NFT_CTX_OUTPUT_STATELESS : 0);
-  int rc = nft_run_cmd_from_buffer(ctx_.get(), text.c_str());
-  nft_ctx_set_dry_run(ctx_.get(), false);
   Reply r;
-  r.ok = rc == 0;
-  r.out = nft_ctx_get_output_buffer(ctx_.get());  // also drains it for the next command
-  r.err = trim_trailing(nft_ctx_get_error_buffer(ctx_.get()));
+  const std::function<void()> job = [&] {
+    nft_ctx* c = worker_->ctx_.get();
+    nft_ctx_set_dry_run(c, dry_run);
+    nft_ctx_output_set_flags(c, stateless ? NFT_CTX_OUTPUT_STATELESS : 0);
+    int rc = nft_run_cmd_from_buffer(c, text.c_str());
+    nft_ctx_set_dry_run(c, false);
+    r.ok = rc == 0;
+    r.out = nft_ctx_get_output_buffer(c);  // also drains it for the next command
+    r.err = trim_trailing(nft_ctx_get_error_buffer(c));
+  };
+  worker_->call(job);
   return r;
 }
 

@@ -1,13 +1,5 @@
 #include "forwarder/redirect.h"
 
-#include <sched.h>
-#include <sys/select.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
-#include <thread>
-
 #include <fmt/format.h>
 #include "core/net.h"
 #include "core/nft.h"
@@ -45,36 +37,11 @@ std::string redirect_ruleset(const Config& cfg) {
 }
 
 Result<void> install_redirect(const Config& cfg) {
-  // libnftables waits for the kernel's answers with select(), whose fd_set
-  // holds descriptors below FD_SETSIZE (1024) only: glibc's check aborts the
-  // whole process ("bit out of range 0 - FD_SETSIZE on fd_set") when the
-  // netlink socket it opened is numbered higher. The forwarder passes 1024
-  // descriptors easily: a listening socket and a spare per port, worker and
-  // namespace (a 180-port band with one worker: 720, and a new namespace's
-  // listener is made before the old one closes), and two per connection. So
-  // the transaction runs on a thread of its own (it inherits the caller's
-  // namespace) whose descriptor table is a private copy with everything but
-  // stdio closed in it: libnftables' socket is then numbered 3 or so. The
-  // process's table, and every descriptor in it, are untouched.
-  Result<void> out = make_error(Errc::internal, "the redirect's thread did not run");
-  std::thread t([&] {
-    if (unshare(CLONE_FILES) != 0) {
-      out = make_error(Errc::io, "unshare(CLONE_FILES): {}", strerror(errno));
-      return;
-    }
-    if (close_range(3, FD_SETSIZE - 1, 0) != 0)
-      for (int fd = 3; fd < FD_SETSIZE; ++fd) ::close(fd);
-    out = install_redirect_here(cfg);
-  });
-  t.join();
-  return out;
-}
-
-Result<void> install_redirect_here(const Config& cfg) {
   // A context's netlink socket belongs to the namespace it was made in: make
   // it here, on the namespace's thread, and free it before leaving. open()
   // probes first, so a want of descriptors leaves this namespace unserved
-  // (and retried) instead of libnftables exit()ing the forwarder.
+  // (and retried) instead of libnftables exit()ing the forwarder; and it keeps
+  // the socket below FD_SETSIZE however many the forwarder holds (core/nft.h).
   auto ctx = nft::Ctx::open();
   if (!ctx) return std::move(ctx).take_error();
   nft::Reply r = ctx->run(redirect_ruleset(cfg));

@@ -44,11 +44,8 @@ const char* redirect_family(const Config& cfg);
 std::string redirect_ruleset(const Config& cfg);
 // Commits redirect_ruleset(cfg) in the calling thread's network namespace
 // (call it inside run_in_netns). All of it or none of it is applied; the error
-// carries nft's own messages. It runs libnftables on a thread of its own with
-// a private descriptor table whose low numbers are free (libnftables select()s
-// on its socket, which must be numbered below FD_SETSIZE).
+// carries nft's own messages. Safe at any descriptor count: core's nft::Ctx
+// keeps libnftables' socket below FD_SETSIZE (core/nft.h).
 Result<void> install_redirect(const Config& cfg);
-// The same on the calling thread, whatever its descriptor numbers (tests).
-Result<void> install_redirect_here(const Config& cfg);
 
 }  // namespace fy::fwd

@@ -20,8 +20,9 @@ one still holds its 360 sockets and spares), the band is served again.
 Fails against the forwarder before the band (a `ports` key was refused, so
 nothing started; and with the two `port` tables the provisioning wrote then,
 base+7 and base+107 had no listener), and the re-made namespace against the
-forwarder before install_redirect's own descriptor table (it aborted in
-libnftables: "bit out of range 0 - FD_SETSIZE on fd_set").
+forwarder before libnftables ran with a descriptor table of its own (now core's
+nft::Ctx, core/nft.h; it aborted in libnftables: "bit out of range 0 -
+FD_SETSIZE on fd_set").
 """
 
 import errno

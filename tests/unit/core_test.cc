@@ -1,10 +1,16 @@
 // Unit tests for libfycore.
 #include <doctest/doctest.h>
 #include <fcntl.h>
+#include <sched.h>
+#include <sys/resource.h>
+#include <sys/select.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 #include <vector>
 
 #include <string>
@@ -339,6 +345,55 @@ TEST_CASE("nft::condense keeps each distinct error of nft's buffer, in order") {
   CHECK(fy::nft::condense("no error lines here\n").empty());
   CHECK(fy::nft::not_permitted("netlink: Error: Operation not permitted"));
   CHECK_FALSE(fy::nft::not_permitted("Error: Could not process rule: No such file or directory"));
+}
+
+// The guard and the namespace contract of core/nft.h. Without the guard the
+// run() below aborts the test binary: libnftables' socket would be numbered
+// past FD_SETSIZE.
+TEST_CASE("nft::Ctx works in the opening thread's namespace past FD_SETSIZE descriptors") {
+  if (geteuid() != 0) {
+    MESSAGE("skipped: a scratch network namespace and nf_tables need root");
+    return;
+  }
+  rlimit was{};
+  REQUIRE(getrlimit(RLIMIT_NOFILE, &was) == 0);
+  rlimit raised = was;
+  raised.rlim_cur = std::max<rlim_t>(raised.rlim_cur, 2 * FD_SETSIZE);
+  raised.rlim_max = std::max(raised.rlim_max, raised.rlim_cur);
+  REQUIRE(setrlimit(RLIMIT_NOFILE, &raised) == 0);
+  std::vector<Fd> held;  // every number below FD_SETSIZE + 16 taken
+  while (held.empty() || (held.back() && held.back().get() < FD_SETSIZE + 16))
+    held.emplace_back(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  REQUIRE(held.back());
+  std::string opened, inside, outside;
+  std::thread t([&] {
+    if (unshare(CLONE_NEWNET) != 0) {
+      opened = "unshare(CLONE_NEWNET) failed";
+      return;
+    }
+    auto ctx = nft::Ctx::open();
+    if (!ctx) {
+      opened = ctx.error().message;
+      return;
+    }
+    nft::Reply r = ctx->run("add table ip fy_unit_scratch");
+    if (!r.ok) opened = r.err;
+    inside = ctx->run("list tables").out;
+  });
+  t.join();
+  CHECK(opened == "");
+  CHECK(inside.find("table ip fy_unit_scratch") != std::string::npos);
+  {
+    auto ctx = nft::Ctx::open();  // the process's namespace: the scratch table is not here
+    REQUIRE(ctx);
+    outside = ctx->run("list tables").out;
+  }
+  CHECK(outside.find("fy_unit_scratch") == std::string::npos);
+  int closed = 0;  // closed in the context's copy only: every one still open here
+  for (const Fd& f : held) closed += fcntl(f.get(), F_GETFD) == -1;
+  CHECK(closed == 0);
+  held.clear();
+  REQUIRE(setrlimit(RLIMIT_NOFILE, &was) == 0);
 }
 
 namespace {

@@ -16,6 +16,7 @@ list and naming: everything is fyw-<pid>-..., undone at the end).
 """
 import json
 import os
+import resource
 import subprocess
 import tempfile
 import time
@@ -123,14 +124,19 @@ class DnsTopology:
                     f.write(f'netns = "{ns}"\n')
         return path
 
-    def start_dnsfwd(self, config):
-        """fy-dnsfwd as root in the guest; returns (process, query log path,
+    def start_dnsfwd(self, config, nofile=None):
+        """fy-dnsfwd as root in the guest, with RLIMIT_NOFILE raised to
+        `nofile` (soft and hard) when given; returns (process, query log path,
         stderr path)."""
         fd, log = tempfile.mkstemp(prefix=f"fyw-{n.PID}-dnslog-")
         n.on_cleanup(lambda: os.unlink(log), f"log {log}")
         efd, err = tempfile.mkstemp(prefix=f"fyw-{n.PID}-dnserr-")
         n.on_cleanup(lambda: os.unlink(err), f"log {err}")
-        p = n.spawn(n.nsexec(self.guest, FY_DNSFWD, "--config", config), stdout=fd, stderr=efd)
+        limit = None
+        if nofile:
+            limit = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+        p = n.spawn(n.nsexec(self.guest, FY_DNSFWD, "--config", config), stdout=fd, stderr=efd,
+                    preexec_fn=limit)
         os.close(fd)
         os.close(efd)
         deadline = time.monotonic() + 10

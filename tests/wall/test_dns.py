@@ -835,8 +835,9 @@ class BridgeFollow(unittest.TestCase):
     def tearDownClass(cls):
         n.cleanup(cls.mark)
 
-    def config(self, follow):
-        cfg = self.t.dnsfwd_config(listen=[(d.FWD, "", "vm"), (self.LISTEN, self.path, "bridge")])
+    def config(self, follow, extra=""):
+        cfg = self.t.dnsfwd_config(listen=[(d.FWD, "", "vm"), (self.LISTEN, self.path, "bridge")],
+                                   extra=extra)
         if follow:
             with open(cfg, "a") as f:
                 f.write("follow = true\n")
@@ -1000,6 +1001,71 @@ class BridgeFollow(unittest.TestCase):
             for l in lines:
                 self.assertTrue(l["src"].startswith(f"{d.CTR}:"), l)
         finally:
+            d.stop_dnsfwd(p, err)
+
+    # Holds argv[2] TCP connections to argv[1]:53 open; prints READY, then, for
+    # each line read, how many of them the far end has not closed.
+    HOLDER = (
+        "import resource, socket, sys\n"
+        "n = int(sys.argv[2])\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (n + 64, n + 64))\n"
+        "socks = [socket.create_connection((sys.argv[1], 53), timeout=10) for _ in range(n)]\n"
+        "print('READY', flush=True)\n"
+        "for line in sys.stdin:\n"
+        "    alive = 0\n"
+        "    for s in socks:\n"
+        "        s.setblocking(False)\n"
+        "        try:\n"
+        "            alive += s.recv(1) != b''\n"
+        "        except BlockingIOError:\n"
+        "            alive += 1\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "    print(alive, flush=True)\n")
+    HOLD = 1100  # with the daemon's own few, every descriptor below 1024 is taken
+
+    def test_a_namespace_followed_past_fd_setsize_descriptors_keeps_the_daemon(self):
+        """fy-dnsfwd holding more than FD_SETSIZE (1024) descriptors, TCP
+        clients of its VM listener, when the followed namespace appears: its
+        redirect is installed, and the daemon and every client stay.
+        Control: the fy-dnsfwd before core's nft::Ctx ran libnftables with a
+        descriptor table of its own died of SIGABRT there (libnftables
+        select()s on its netlink socket, numbered past 1023: glibc's "*** bit
+        out of range 0 - FD_SETSIZE on fd_set ***"), ending every client."""
+        cfg = self.config(True, extra="max_tcp_clients = 4000\ntcp_idle_ms = 600000\n")
+        p, log, err = self.t.start_dnsfwd(cfg, nofile=8192)
+        hold = None
+        try:
+            self.wait_err(err, f"waiting for the namespace {self.path}")
+            hold = n.spawn(n.nsexec(self.t.guest, n.PY, "-c", self.HOLDER, d.FWD, self.HOLD),
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            self.assertEqual(hold.stdout.readline().strip(), "READY", "the holder did not connect")
+            fds = lambda: len(os.listdir(f"/proc/{p.pid}/fd"))
+            deadline = time.monotonic() + 10
+            while fds() < self.HOLD and time.monotonic() < deadline:
+                time.sleep(0.05)
+            held = fds()
+            self.assertGreater(held, self.HOLD, "fy-dnsfwd did not accept every connection")
+            br, ctr = self.bridge()
+            self.addCleanup(n.sh, "umount", self.path)  # the next test starts without it
+            try:
+                self.wait_err(err, f"following the namespace {self.path}", timeout=10)
+            finally:
+                with open(err) as f:
+                    self.assertIsNone(p.poll(), f"fy-dnsfwd died:\n{f.read()[-2000:]}")
+            rules = n.in_ns(br, "nft", "list", "table", "ip", "fy_dnsfwd_redirect").stdout
+            self.assertIn("udp dport 53 redirect to :5353", rules)
+            r = self.ask(ctr, "one.github.com")
+            self.assertEqual(r["rcodes"], {"0": 1}, r)
+            # the process's own table is untouched: every client still connected
+            hold.stdin.write("count\n")
+            hold.stdin.flush()
+            self.assertEqual(int(hold.stdout.readline()), self.HOLD)
+            self.assertGreaterEqual(fds(), held)
+        finally:
+            if hold is not None:
+                hold.stdin.close()
+                hold.wait(timeout=10)
             d.stop_dnsfwd(p, err)
 
 

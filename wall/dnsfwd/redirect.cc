@@ -6,8 +6,9 @@
 
 namespace fy::dnsfwd {
 Result<void> install_bridge_redirect(const Listen& l) {
-  // core's wrapper probes the netlink socket first: libnftables exit()s when
-  // it cannot open one.
+  // core's wrapper probes the netlink socket first (libnftables exit()s when
+  // it cannot open one), and runs libnftables where its socket is numbered
+  // below FD_SETSIZE however many clients fy-dnsfwd holds (core/nft.h).
   auto ctx = nft::Ctx::open();
   if (!ctx) {
     return make_error(Errc::io, "cannot talk to nf_tables in {} ({}): is nf_tables in this "

@@ -36,7 +36,7 @@ inline constexpr const char* kRedirectTable = "fy_dnsfwd_redirect";
 // The whole transaction for the listener `l` (pure).
 std::string bridge_redirect_ruleset(const Listen& l);
 // Commits it in the calling thread's network namespace: all or nothing; the
-// error carries nft's own message.
+// error carries nft's own message. Safe at any descriptor count (core/nft.h).
 Result<void> install_bridge_redirect(const Listen& l);
 
 }  // namespace fy::dnsfwd

@@ -14,6 +14,7 @@
 #include <cassert>
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <thread>
 
 #include "core/clock.h"
@@ -129,37 +130,45 @@ int write_framed(uv_stream_t* s, std::span<const uint8_t> msg) {
   return rc;
 }
 
+// Runs `fn` inside the network namespace at `path` ("" for the caller's own)
+// on a short-lived thread, so this thread's namespace never changes: the
+// upstream sockets are always the daemon's own. A thread `fn` starts, and so
+// an nft::Ctx it opens, is in that namespace too (core/nft.h).
+Result<void> in_netns(const std::string& path, const std::function<Result<void>()>& fn) {
+  if (path.empty()) return fn();
+  Result<void> out;
+  std::thread t([&] {
+    int ns = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (ns < 0) {
+      out = make_error(Errc::not_found, "cannot open the namespace {}: {} — start the VM's "
+                       "network (or the rootless network namespace) first", path, strerror(errno));
+      return;
+    }
+    int rc = setns(ns, CLONE_NEWNET);
+    int err = errno;
+    ::close(ns);
+    if (rc != 0) {
+      out = make_error(Errc::permission, "cannot join the namespace {}: {} — fy-dnsfwd runs "
+                       "as root (CAP_SYS_ADMIN)", path, strerror(err));
+      return;
+    }
+    out = fn();
+  });
+  t.join();
+  return out;
+}
+
 // Makes a socket of `type` bound to `hp` inside the namespace `netns` (""
-// for the caller's own) on a short-lived thread, so this thread's namespace
-// never changes: the upstream sockets are always the daemon's own.
+// for the caller's own).
 Result<int> bound_socket(const std::string& netns, const HostPort& hp, int type) {
   sockaddr_storage ss{};
   socklen_t len = 0;
   if (!make_sockaddr(hp.host, hp.port, &ss, &len))
     return make_error(Errc::invalid_argument, "{} is not an IP address", hp.host);
-  Result<int> out = make_error(Errc::internal, "no socket");
-  auto body = [&] {
-    if (!netns.empty()) {
-      int ns = open(netns.c_str(), O_RDONLY | O_CLOEXEC);
-      if (ns < 0) {
-        out = make_error(Errc::not_found, "cannot open the namespace {}: {} — start the VM's "
-                         "network (or the rootless network namespace) first", netns, strerror(errno));
-        return;
-      }
-      int rc = setns(ns, CLONE_NEWNET);
-      int err = errno;
-      ::close(ns);
-      if (rc != 0) {
-        out = make_error(Errc::permission, "cannot join the namespace {}: {} — fy-dnsfwd runs "
-                         "as root (CAP_SYS_ADMIN)", netns, strerror(err));
-        return;
-      }
-    }
+  int out = -1;
+  FY_TRY(in_netns(netns, [&]() -> Result<void> {
     int fd = socket(ss.ss_family, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-      out = make_error(Errc::io, "socket: {}", strerror(errno));
-      return;
-    }
+    if (fd < 0) return make_error(Errc::io, "socket: {}", strerror(errno));
     int one = 1;
     // TCP only: on UDP, SO_REUSEADDR would let a second socket share the port.
     if (type == SOCK_STREAM) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -167,68 +176,33 @@ Result<int> bound_socket(const std::string& netns, const HostPort& hp, int type)
     if (bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0) {
       int err = errno;
       ::close(fd);
-      out = make_error(err == EADDRINUSE ? Errc::refused : Errc::io,
-                       "cannot bind {}: {} — {}", hp.authority(), strerror(err),
-                       err == EADDRINUSE ? "another resolver holds the address; give fy-dnsfwd "
-                                           "an address of its own (e.g. 127.42.0.53)"
-                                         : "check the address exists in that namespace");
-      return;
+      return make_error(err == EADDRINUSE ? Errc::refused : Errc::io,
+                        "cannot bind {}: {} — {}", hp.authority(), strerror(err),
+                        err == EADDRINUSE ? "another resolver holds the address; give fy-dnsfwd "
+                                            "an address of its own (e.g. 127.42.0.53)"
+                                          : "check the address exists in that namespace");
     }
     out = fd;
-  };
-  if (netns.empty()) {
-    body();
-  } else {
-    std::thread t(body);
-    t.join();
-  }
+    return ok();
+  }));
   return out;
 }
 
-// Installs the bridge redirect for `l` inside its namespace, on a
-// short-lived thread, as bound_socket does.
-// `ns_path` names the namespace (l.netns, or /proc/self/fd/N of one held open).
+// Installs the bridge redirect for `l` inside the namespace `ns_path` names
+// (l.netns, or /proc/self/fd/N of one held open).
 Result<void> redirect_in(const Listen& l, const std::string& ns_path) {
-  Result<void> out;
-  std::thread t([&] {
-    int ns = open(ns_path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (ns < 0 || setns(ns, CLONE_NEWNET) != 0) {
-      out = make_error(Errc::io, "cannot join the namespace {}: {}", l.netns, strerror(errno));
-      if (ns >= 0) ::close(ns);
-      return;
-    }
-    ::close(ns);
-    out = install_bridge_redirect(l);
-  });
-  t.join();
-  if (!out) return make_error(out.error().code, "listen {}: {}", l.address.authority(), out.error().message);
+  auto out = in_netns(ns_path, [&] { return install_bridge_redirect(l); });
+  if (!out)
+    return make_error(out.error().code, "listen {}: {}", l.address.authority(),
+                      out.error().message);
   return out;
 }
 
 std::string sa_text(const sockaddr* sa) { return sockaddr_string(sa); }
 
-// Opens `owner`'s sock_diag socket inside `netns` ("" = here), as bound_socket does.
+// Opens `owner`'s sock_diag socket inside `netns` ("" = here).
 Result<void> open_owner(const std::string& netns, SocketOwner& owner) {
-  Result<void> out;
-  auto body = [&] {
-    if (!netns.empty()) {
-      int ns = open(netns.c_str(), O_RDONLY | O_CLOEXEC);
-      if (ns < 0 || setns(ns, CLONE_NEWNET) != 0) {
-        out = make_error(Errc::io, "cannot join the namespace {}: {}", netns, strerror(errno));
-        if (ns >= 0) ::close(ns);
-        return;
-      }
-      ::close(ns);
-    }
-    out = owner.open();
-  };
-  if (netns.empty()) {
-    body();
-  } else {
-    std::thread t(body);
-    t.join();
-  }
-  return out;
+  return in_netns(netns, [&] { return owner.open(); });
 }
 
 }  // namespace
