@@ -20,6 +20,7 @@
 //    store's callback refers to it).
 #pragma once
 
+#include <cassert>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -80,12 +81,15 @@ class KeptBody {
   uint64_t* total_ = nullptr;
 };
 
-// The wait for one rule's token. Done is called from a libuv callback (the
+// The wait for one rule's token. `done` is called from a libuv callback (the
 // store's contract), never from inside start(); the wait is over (waiting()
 // false) before `done` runs, so `done` may start another.
 class CredentialWait {
  public:
   CredentialWait() = default;
+  // The store's callback refers to this object: the wait must be over
+  // (answered or cancelled) before it is freed.
+  ~CredentialWait() { assert(ticket_ == 0 && "a CredentialWait must be over before it is freed"); }
   CredentialWait(const CredentialWait&) = delete;
   CredentialWait& operator=(const CredentialWait&) = delete;
 
@@ -101,6 +105,8 @@ class CredentialWait {
   uint64_t ticket_ = 0;
 };
 
+// One exchange's flow; reset with the exchange (its kept body leaves the
+// proxy-wide total then).
 class CredentialFlow {
  public:
   // The exchange is forwarded under `rule`: the row names it and its path
@@ -149,7 +155,7 @@ class CredentialFlow {
   enum class Verdict : uint8_t {
     pass,              // not a 401 to an injected token: the client gets it
     replace,           // read it to its end (discarding()), then start_replay()
-    hand_back,         // a 401 the client gets; the token was dropped from the store
+    hand_back,         // a 401 the client gets; its token is dropped (same_rule() only)
     hand_back_unkept,  // the same, for a replaying rule whose body was not kept
   };
   // For every final head (never an interim one). Except on replace, nothing
