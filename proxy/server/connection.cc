@@ -14,7 +14,6 @@
 #include "proxy/http/rewrite.h"
 #include "proxy/netlog/error_kind.h"
 #include "proxy/inject/build_tokens.h"
-#include "proxy/inject/redact.h"
 #include "proxy/policy/admission.h"
 #include "proxy/policy/stamp_binding.h"
 #include "proxy/server/origin_pool.h"
@@ -281,7 +280,7 @@ void Connection::process_client(const ChunkRef& c, const char* p, size_t n) {
       ex_.row.bytes_up += *used;
       ex_.body_sent = true;
       if (Stream* o = origin_out()) o->write(c, p, *used);
-      if (ex_.replay && ex_.injected && !ex_.replayed && !ex_.body_unkept) keep_body(p, *used);
+      if (ex_.cred.keeps_body()) ex_.cred.keep_body(srv_.kept_body_bytes(), p, *used);
       p += *used;
       n -= *used;
     }
@@ -486,16 +485,7 @@ void Connection::keep_head(std::string_view head) {
 
 void Connection::inject(const inject::Rule& rule, const HostPort& dest, policy::Kind kind,
                         std::string_view target) {
-  ex_.rule_id = rule.id;
-  ex_.rule_spec = rule.spec();
-  ex_.replay = rule.replay_on_401;
-  // A body announced over the bound is never kept: it is streamed, and a 401
-  // to it goes back to the client.
-  if (ex_.replay && req_head_.content_length && *req_head_.content_length > inject::kMaxReplayBody)
-    ex_.body_unkept = true;
-  ex_.row.rule = rule.id;
-  if (!rule.query_param.empty())
-    ex_.row.path = inject::redact_query_param(ex_.row.path, rule.query_param);
+  ex_.cred.begin(rule, req_head_.content_length, ex_.row);
   // The head outlives this read: a credential may be awaited, and a 401 may
   // make the request go out again.
   keep_head(head_view_);
@@ -513,10 +503,8 @@ void Connection::inject(const inject::Rule& rule, const HostPort& dest, policy::
   // Hold the head (and any body bytes) until the credential arrives.
   req_ = Req::wait;
   pause_client(kWaitCredential);
-  cred_ticket_ = srv_.credentials().wait(rule, [this](const inject::MintOutcome& out) {
-    cred_ticket_ = 0;
-    on_credential(out);
-  });
+  cred_wait_.start(srv_.credentials(), rule,
+                   [this](const inject::MintOutcome& out) { on_credential(out); });
   arm_timer();  // the exchange's silence clock stops while it waits
 }
 
@@ -524,21 +512,18 @@ void Connection::on_credential(const inject::MintOutcome& out) {
   if (closing_) return;
   touch();
   resume_client(kWaitCredential);
-  if (ex_.discard_response) {
-    ex_.discard_response = false;
-    if (!out.ok) {
-      answer_mint_failure(out.reason, /*after_401=*/true);
-      return;
-    }
-  }
   // The policy may have changed during the mint: the rule must still be the
   // same, or nothing is injected and the request is judged again.
-  const inject::Rule* rule = srv_.policy().rules().by_id(ex_.rule_id);
-  if (!rule || rule->spec() != ex_.rule_spec) {
+  CredentialFlow::Arrival arrival = ex_.cred.arrived(out, srv_.policy().rules());
+  if (arrival == CredentialFlow::Arrival::failed_after_401) {
+    answer_mint_failure(out.reason, /*after_401=*/true);
+    return;
+  }
+  const inject::Rule* rule = ex_.cred.same_rule(srv_.policy().rules());
+  if (arrival == CredentialFlow::Arrival::rule_changed) {
     log::info("{} switch '{}' changed while its credential was minted: nothing is injected",
-              log::ConnId{id_}, ex_.rule_id);
-    ex_.rule_id.clear();
-    ex_.row.rule.clear();
+              log::ConnId{id_}, ex_.cred.rule_id());
+    ex_.cred.drop_rule(&ex_.row);
     admission::Decision d =
         admission::decide_unruled(ex_.dest, ex_.kind, principal(), build_proof(),
                                   req_parser_.message_complete(), wall_ms(), srv_.policy());
@@ -554,9 +539,8 @@ void Connection::on_credential(const inject::MintOutcome& out) {
     // The scope changed during the mint and the credential is no longer for
     // who asked: answered as step 7 answers it, nothing injected.
     log::info("{} switch '{}''s scope changed while its credential was minted: not injected",
-              log::ConnId{id_}, ex_.rule_id);
-    ex_.rule_id.clear();
-    ex_.row.rule.clear();
+              log::ConnId{id_}, ex_.cred.rule_id());
+    ex_.cred.drop_rule(&ex_.row);
     ++srv_.metrics().scoped_out;
     ex_.row.scoped = rule->id;
     answer(answers::scoped(d.detail), d.close_after);
@@ -570,44 +554,25 @@ void Connection::on_credential(const inject::MintOutcome& out) {
   if (!closing_ && !stash_.empty() && req_ != Req::done) replay_stash();
 }
 
-void Connection::keep_body(const char* p, size_t n) {
-  // Grown as bytes arrive (never reserved from Content-Length: a client that
-  // announces 1 MiB and trickles bytes holds only what it sent).
-  if (!ex_.kept_body.append(srv_.kept_body_bytes(), inject::kMaxReplayBody,
-                            inject::kMaxReplayBodies, p, n))
-    ex_.body_unkept = true;
-}
-
-bool Connection::replayable() const {
-  // req_ is done only once the parser has seen the body's last byte (and it
-  // went upstream): a body still arriving cannot be sent again.
-  return ex_.replay && !ex_.replayed && req_ == Req::done && !ex_.body_unkept;
-}
-
 void Connection::replay_after_401() {
   // The origin refused the injected credential: drop it, mint once more and
   // send the request again (head and the kept body: replayable() held).
-  const inject::Rule* rule = srv_.policy().rules().by_id(ex_.rule_id);
   ++srv_.metrics().replays;
-  ex_.replayed = true;
-  ex_.row.replayed = true;
-  if (!rule || rule->spec() != ex_.rule_spec) {
-    ex_.discard_response = false;
-    ex_.rule_id.clear();
+  const inject::Rule* rule =
+      ex_.cred.start_replay(srv_.policy().rules(), srv_.credentials(), ex_.row);
+  if (!rule) {
     forward_request(ex_.dest, ex_.kind, ex_.target);
     return;
   }
-  srv_.credentials().invalidate(*rule);
-  cred_ticket_ = srv_.credentials().wait(*rule, [this](const inject::MintOutcome& out) {
-    cred_ticket_ = 0;
-    on_credential(out);
-  }, /*force=*/true);
+  cred_wait_.start(
+      srv_.credentials(), *rule, [this](const inject::MintOutcome& out) { on_credential(out); },
+      /*force=*/true);
   arm_timer();
 }
 
 void Connection::answer_mint_failure(const std::string& reason, bool after_401) {
   ++srv_.metrics().mint_failures;
-  ex_.row.mint_failed = true;
+  CredentialFlow::mint_failed(ex_.row);
   answer(answers::mint_failed(ex_.dest.host, reason, after_401),
          !req_parser_.message_complete() || req_ == Req::body);
 }
@@ -802,25 +767,13 @@ void Connection::forward_request(const HostPort& dest, policy::Kind kind, std::s
   out.method = req_head_.method;
   out.target = target;
   std::string injected_target;
-  if (token) {
-    const inject::Rule* rule = srv_.policy().rules().by_id(ex_.rule_id);
-    if (rule && !rule->query_param.empty()) {
-      injected_target = inject::set_query_param(target, rule->query_param, rule->value_prefix + *token);
-      out.target = injected_target;
-    } else if (rule) {
-      // Overwrite, never append: the dummy the box sent is gone.
-      out.set.emplace_back(rule->header, rule->value_prefix + *token);
-    }
-    if (rule) {
-      ex_.injected = true;
-      ex_.row.injected = true;
-      ++srv_.metrics().injected;
-    }
-  }
+  if (token &&
+      ex_.cred.inject(srv_.policy().rules(), *token, target, out, injected_target, ex_.row))
+    ++srv_.metrics().injected;
   std::string host_header = dest.key(policy::default_port(kind));
   out.host = host_header;
   out.upgrade = ex_.upgrade;
-  if (ex_.replayed) {
+  if (ex_.cred.replayed()) {
     // The re-issue after a 401 carries its whole body at once: nothing to
     // wait for, and the client already had its 100 Continue.
     std::erase_if(req_head_.headers, [](const http::Header& h) { return iequals(h.name, "expect"); });
@@ -829,10 +782,10 @@ void Connection::forward_request(const HostPort& dest, policy::Kind kind, std::s
   http::build_request_head(ex_.sent_head, req_head_, out);
   for (auto& [name, value] : out.set) value.assign(value.size(), '\0');
   o->write(ex_.sent_head);
-  if (ex_.replayed && !ex_.kept_body.empty()) {
+  if (ex_.cred.replayed() && !ex_.cred.kept_body().empty()) {
     // Exactly the body bytes the first attempt sent, framing included.
-    o->write(ex_.kept_body.bytes());
-    ex_.kept_body.release();
+    o->write(ex_.cred.kept_body().bytes());
+    ex_.cred.kept_body().release();
     ex_.body_sent = true;
     if (o->above_high()) pause_client(kPeerFull);
   }
@@ -909,7 +862,7 @@ void Connection::on_origin_bytes(const ChunkRef& c, const char* p, size_t n) {
       return;
     }
     if (*used > 0) {
-      if (!ex_.discard_response) {
+      if (!ex_.cred.discarding()) {
         client_.write(c, p, *used);
         ex_.row.bytes_down += *used;
       }
@@ -950,31 +903,25 @@ void Connection::on_response_head(std::string_view head) {
   ex_.sent_head.clear();
   bool body_until_eof = resp_parser_.body_until_eof();
   ex_.origin_reuse = resp_head_.keep_alive && !body_until_eof;
-  if (status == 401 && ex_.injected) {
-    const inject::Rule* rule = srv_.policy().rules().by_id(ex_.rule_id);
-    if (replayable()) {
+  switch (ex_.cred.response_head(status, req_ == Req::done, srv_.policy().rules(),
+                                 srv_.credentials())) {
+    case CredentialFlow::Verdict::replace:
       // Replace this 401: read it to its end, then mint and send again.
-      ex_.discard_response = true;
       if (resp_parser_.message_complete()) {
         on_response_complete();
       } else {
         resp_ = Resp::body;
       }
       return;
-    }
-    // A streamed upload (a body over the bound, or one still arriving)
-    // cannot be sent again: the client gets the 401 and the token is dropped
-    // so the next request has a fresh one.
-    if (ex_.replay && !ex_.replayed)
+    case CredentialFlow::Verdict::hand_back_unkept:
       log::info("{} switch '{}': 401 to a request whose body is {}: handed back, the token "
                 "is dropped",
-                log::ConnId{id_}, ex_.rule_id, req_ == Req::done ? "over the 1 MiB replay bound"
-                                                    : "still arriving");
-    if (rule && rule->spec() == ex_.rule_spec) srv_.credentials().invalidate(*rule);
+                log::ConnId{id_}, ex_.cred.rule_id(),
+                req_ == Req::done ? "over the 1 MiB replay bound" : "still arriving");
+      break;
+    case CredentialFlow::Verdict::hand_back:
+    case CredentialFlow::Verdict::pass: break;
   }
-  // This response goes to the client: nothing will be re-issued.
-  ex_.replay = false;
-  ex_.kept_body.release();
   ex_.row.status = status;
   ex_.response_started = true;
   ++srv_.metrics().responses_forwarded;
@@ -1008,7 +955,7 @@ void Connection::on_response_head(std::string_view head) {
   if (!ex_.client_keep_alive || srv_.draining() || body_until_eof ||
       (client_eof_ && stash_.empty()))
     ex_.close_after = true;
-  if (status >= 400 && !ex_.injected) {
+  if (status >= 400 && !ex_.cred.injected()) {
     // Not for a request that carried an injected credential: origins echo
     // what they were sent, and the Network Log must never hold a token.
     auto enc = resp_head_.get("content-encoding");
@@ -1025,7 +972,7 @@ void Connection::on_response_head(std::string_view head) {
 }
 
 void Connection::on_response_complete() {
-  if (ex_.discard_response) {
+  if (ex_.cred.discarding()) {
     resp_ = Resp::none;
     resp_parser_.next_message();
     resp_reader_.reset();
@@ -1230,11 +1177,7 @@ void Connection::answer(answers::Reply reply, bool close_after) {
   a.body = std::move(reply.body);
   a.content_type = reply.content_type;
   int status = a.status;
-  if (cred_ticket_) {
-    srv_.credentials().cancel(cred_ticket_);
-    cred_ticket_ = 0;
-    resume_client(kWaitCredential);
-  }
+  if (cred_wait_.cancel(srv_.credentials())) resume_client(kWaitCredential);
   a.close = close_after || srv_.draining() || !ex_.client_keep_alive ||
             (client_eof_ && stash_.empty());
   std::string out;
@@ -1421,7 +1364,7 @@ ConnTimes Connection::times() const {
   t.mode = mode_;
   t.deferred = !deferred_failure_.empty() || replay_pending_;
   t.exchange = ex_.active;
-  t.waiting_credential = cred_ticket_ != 0;
+  t.waiting_credential = cred_wait_.waiting();
   t.dial_start = dialer_.dial_started();
   t.attempt_start = dialer_.attempt_started();
   t.head_start = head_start_ms_;
@@ -1633,10 +1576,7 @@ void Connection::close(std::string_view why) {
   srv_.unlink(this);
   if (origin_out()) retire_origin(/*reusable=*/!ex_.active);
   dialer_.cancel();  // a lookup or a dial that failed at once holds no Stream
-  if (cred_ticket_) {
-    srv_.credentials().cancel(cred_ticket_);
-    cred_ticket_ = 0;
-  }
+  cred_wait_.cancel(srv_.credentials());
   stash_.clear();
   pending_closes_ = 2;
   client_.close();

@@ -27,6 +27,13 @@
 // (tunnel.h): this class stays the handler of both Streams, passes it their
 // events and applies what it returns (a pause, the close).
 //
+// The credential flow (the rule an exchange injects for, the token written
+// into its head, the body kept for a 401 replay and the replay-once rule,
+// their row fields) is CredentialFlow's, one per exchange, and the wait for a
+// token from the store is CredentialWait's (credential_flow.h): this class
+// asks admission again when a mint ends, answers, counts, pauses the client
+// while a token is awaited and cancels the wait when it answers or closes.
+//
 // Ownership: the Server allocates a Connection per accepted socket. The
 // Connection owns its client Stream, timer and dialer by value and its origin
 // Stream by pointer once connected (a retired origin closes and frees
@@ -51,6 +58,7 @@
 #include "proxy/netlog/row.h"
 #include "proxy/policy/admission.h"
 #include "proxy/policy/pattern.h"
+#include "proxy/server/credential_flow.h"
 #include "proxy/server/deadline.h"
 #include "proxy/server/origin_dialer.h"
 #include "proxy/server/tunnel.h"
@@ -58,54 +66,6 @@
 namespace fy::proxy {
 
 class Server;
-
-// A request body kept for a 401 replay, counted in a proxy-wide total that it
-// keeps exact: whatever way it is dropped (release, reassignment, the
-// exchange or the connection going), its bytes leave the total.
-class KeptBody {
- public:
-  KeptBody() = default;
-  KeptBody(const KeptBody&) = delete;
-  KeptBody& operator=(const KeptBody&) = delete;
-  KeptBody(KeptBody&& o) noexcept : bytes_(std::move(o.bytes_)), total_(o.total_) {
-    o.bytes_.clear();
-    o.total_ = nullptr;
-  }
-  KeptBody& operator=(KeptBody&& o) noexcept {
-    if (this != &o) {
-      release();
-      bytes_.swap(o.bytes_);
-      total_ = o.total_;
-      o.total_ = nullptr;
-    }
-    return *this;
-  }
-  ~KeptBody() { release(); }
-
-  // Appends n bytes unless this body would pass `each` or `*total` would pass
-  // `all`; then everything kept is released and false returned.
-  bool append(uint64_t* total, size_t each, size_t all, const char* p, size_t n) {
-    if (bytes_.size() + n > each || *total + n > all) {
-      release();
-      return false;
-    }
-    total_ = total;
-    bytes_.append(p, n);
-    *total += n;
-    return true;
-  }
-  void release() {
-    if (total_) *total_ -= bytes_.size();
-    total_ = nullptr;
-    std::string().swap(bytes_);
-  }
-  const std::string& bytes() const { return bytes_; }
-  bool empty() const { return bytes_.empty(); }
-
- private:
-  std::string bytes_;
-  uint64_t* total_ = nullptr;
-};
 
 class Connection final : public StreamHandler, private DialOwner {
  public:
@@ -183,13 +143,8 @@ class Connection final : public StreamHandler, private DialOwner {
   void answer_proxy_auth(const std::string& key, bool close_after);
   void note_build_claim();
   void keep_head(std::string_view head);
-  // Copies body bytes that went upstream while the exchange may be re-issued
-  // after a 401 (within kMaxReplayBody; past it, drops the copy for good).
-  void keep_body(const char* p, size_t n);
-  // Whether a 401 to this exchange may be replaced by a re-mint and a
-  // re-issue: the rule says so, it has not happened yet, and the whole
-  // request (head and every body byte) has gone up and is kept.
-  bool replayable() const;
+  // The 401 replaced (ex_.cred's Verdict::replace) is read: mint once more
+  // (forced) and send the request again, head and kept body.
   void replay_after_401();
   void on_request_complete();
   void stash(const ChunkRef& c, const char* p, size_t n);
@@ -297,7 +252,7 @@ class Connection final : public StreamHandler, private DialOwner {
   bool build_ = false;         // the connection proved a build secret
   bool build_marker_ = false;  // it presented the (public) build marker
   bool proxy_auth_seen_ = false;
-  uint64_t cred_ticket_ = 0;   // a credential this connection waits for
+  CredentialWait cred_wait_;   // a credential this connection waits for
   std::string owned_head_;     // the head, kept across a credential wait or a 401 replay
   std::string_view head_view_; // the head being handled (in a chunk or req_reader_)
   bool client_eof_ = false;
@@ -358,19 +313,8 @@ class Connection final : public StreamHandler, private DialOwner {
     HostPort dest;
     policy::Kind kind = policy::Kind::cleartext;
     std::string target;  // origin-form, as the client sent it
-    // Injection: what this exchange's rule injects (redaction follows it).
-    std::string rule_id;
-    std::string rule_spec;
-    bool injected = false;
-    bool replay = false;         // the rule re-issues once after a 401
-    bool replayed = false;
-    bool discard_response = false;  // the 401 being replaced
-    // A replay_on_401 exchange keeps a copy of the request body as it went
-    // upstream (framing included, so a re-issue sends exactly those bytes),
-    // up to kMaxReplayBody. Only such exchanges copy body bytes; a body over
-    // the bound (or one still arriving when the 401 comes) is not re-sent.
-    KeptBody kept_body;
-    bool body_unkept = false;    // some body bytes went up without a copy
+    // Injection, the kept body and the 401 replay (credential_flow.h).
+    CredentialFlow cred;
   } ex_;
 };
 
