@@ -17,6 +17,7 @@
 #include "proxy/netlog/row.h"
 #include "proxy/server/credential_flow.h"
 #include "tests/unit/proxy/loop_util.h"
+#include "tests/unit/proxy/mint_util.h"
 
 using fy::inject::CredentialStore;
 using fy::inject::HostEnv;
@@ -27,44 +28,14 @@ using fy::inject::Rules;
 using fy::inject::StoreOptions;
 using fy::proxy::CredentialFlow;
 using fy::proxy::CredentialWait;
+using fy::test::command_rule;
+using fy::test::lines_in;
 using fy::test::run_until;
+using fy::test::TempDir;
 using Verdict = CredentialFlow::Verdict;
 using Arrival = CredentialFlow::Arrival;
 
 namespace {
-
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/fy-cred-flow-test.XXXXXX";
-    REQUIRE(mkdtemp(tmpl) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::string cmd = "rm -rf '" + path + "'";
-    (void)system(cmd.c_str());
-  }
-};
-
-int lines_in(const std::string& file) {
-  std::ifstream in(file);
-  int n = 0;
-  for (std::string l; std::getline(in, l);) ++n;
-  return n;
-}
-
-// A command rule whose minter appends a line to `count_file`, then runs `then`.
-Rule command_rule(const std::string& count_file, const std::string& then, bool replay) {
-  Rule r;
-  r.id = "tracker";
-  r.kind = Kind::command;
-  r.host = "api.tracker.example";
-  r.header = "Authorization";
-  r.value_prefix = "Bearer ";
-  r.replay_on_401 = replay;
-  r.command = {"/bin/sh", "-c", "echo run >> '" + count_file + "'; " + then};
-  return r;
-}
 
 constexpr const char* kMintTok = R"(printf '{"value":"tok-1","ttl":3600}')";
 
@@ -75,7 +46,7 @@ void with_store(const std::function<void(uv_loop_t*, CredentialStore&, const std
   uv_loop_t loop;
   REQUIRE(uv_loop_init(&loop) == 0);
   {
-    TempDir dir;
+    TempDir dir("fy-cred-flow-test");
     HostEnv env(dir.path + "/host.env");  // absent: no secrets, none needed
     env.reload();
     StoreOptions o;

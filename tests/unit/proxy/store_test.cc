@@ -11,6 +11,7 @@
 
 #include "proxy/inject/store.h"
 #include "tests/unit/proxy/loop_util.h"
+#include "tests/unit/proxy/mint_util.h"
 
 using fy::inject::CredentialStore;
 using fy::inject::HostEnv;
@@ -18,41 +19,12 @@ using fy::inject::Kind;
 using fy::inject::MintOutcome;
 using fy::inject::Rule;
 using fy::inject::StoreOptions;
+using fy::test::command_rule;
+using fy::test::lines_in;
 using fy::test::run_until;
+using fy::test::TempDir;
 
 namespace {
-
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/fy-store-test.XXXXXX";
-    REQUIRE(mkdtemp(tmpl) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::string cmd = "rm -rf '" + path + "'";
-    (void)system(cmd.c_str());
-  }
-};
-
-int lines_in(const std::string& file) {
-  std::ifstream in(file);
-  int n = 0;
-  for (std::string l; std::getline(in, l);) ++n;
-  return n;
-}
-
-// A command rule whose minter appends a line to `count_file`, then runs `then`.
-Rule command_rule(const std::string& count_file, const std::string& then) {
-  Rule r;
-  r.id = "tracker";
-  r.kind = Kind::command;
-  r.host = "api.tracker.example";
-  r.header = "Authorization";
-  r.value_prefix = "Bearer ";
-  r.command = {"/bin/sh", "-c", "echo run >> '" + count_file + "'; " + then};
-  return r;
-}
 
 StoreOptions options(uv_loop_t* loop, HostEnv* env) {
   StoreOptions o;
@@ -68,7 +40,7 @@ TEST_CASE("store: two waiters for one credential cause one mint, and both get it
   uv_loop_t loop;
   REQUIRE(uv_loop_init(&loop) == 0);
   {
-    TempDir dir;
+    TempDir dir("fy-store-test");
     HostEnv env(dir.path + "/host.env");  // absent: no secrets, none needed
     env.reload();
     CredentialStore store(options(&loop, &env));
@@ -104,7 +76,7 @@ TEST_CASE("store: a failed mint answers every waiter with its reason, and is rem
   uv_loop_t loop;
   REQUIRE(uv_loop_init(&loop) == 0);
   {
-    TempDir dir;
+    TempDir dir("fy-store-test");
     HostEnv env(dir.path + "/host.env");
     env.reload();
     CredentialStore store(options(&loop, &env));
@@ -147,7 +119,7 @@ TEST_CASE("store: a waiter that cancels is not called back; the mint goes on for
   uv_loop_t loop;
   REQUIRE(uv_loop_init(&loop) == 0);
   {
-    TempDir dir;
+    TempDir dir("fy-store-test");
     HostEnv env(dir.path + "/host.env");
     env.reload();
     CredentialStore store(options(&loop, &env));
@@ -176,7 +148,7 @@ TEST_CASE("store: shutdown() with a mint in flight kills the minter, calls no wa
   uv_loop_t loop;
   REQUIRE(uv_loop_init(&loop) == 0);
   {
-    TempDir dir;
+    TempDir dir("fy-store-test");
     HostEnv env(dir.path + "/host.env");
     env.reload();
     CredentialStore store(options(&loop, &env));
