@@ -353,23 +353,6 @@ volatile sig_atomic_t g_watch_stop = 0;
 
 void stop_watch(int) { g_watch_stop = 1; }
 
-// The file's bytes (at most 1 MiB, fy-dnsfwd's bound on a list); false when it
-// cannot be read, with *why.
-bool read_watched(const std::string& path, std::string* out, std::string* why) {
-  FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) {
-    *why = std::strerror(errno);
-    return false;
-  }
-  out->clear();
-  char buf[8192];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0 && out->size() < (1u << 20))
-    out->append(buf, n);
-  std::fclose(f);
-  return true;
-}
-
 }  // namespace
 
 int Machine::dns_allow_watch(const std::string& policy, const std::string& file,
@@ -381,8 +364,8 @@ int Machine::dns_allow_watch(const std::string& policy, const std::string& file,
   sa.sa_handler = stop_watch;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
-  std::string last, why;
-  bool readable = read_watched(src, &last, &why);
+  std::optional<std::string> last = read_file(src);
+  bool readable = last.has_value();
   dns_allow(policy, file);  // says what it did
   if (!cli_ok() || !b_->can_provision() || b_->state(n) != State::running) return 1;
   say_(fmt::format("▶ watching {} every {} ms: each change is sent to '{}' again, and a refused "
@@ -392,12 +375,12 @@ int Machine::dns_allow_watch(const std::string& policy, const std::string& file,
     for (auto slept = 0ms; slept < every && !g_watch_stop; slept += 50ms)
       std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(50ms, every - slept));
     if (g_watch_stop) break;
-    std::string now;
-    if (!read_watched(src, &now, &why)) {
+    std::optional<std::string> now = read_file(src);
+    if (!now) {
       if (readable)
         say_(fmt::format("✗ {} cannot be read ({}): '{}' keeps the list last sent; watching for "
                          "it to come back",
-                         src, why, n));
+                         src, std::strerror(errno), n));
       readable = false;
       continue;
     }
