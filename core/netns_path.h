@@ -20,6 +20,7 @@
 
 #include <string>
 
+#include "core/fd.h"
 #include "core/result.h"
 
 namespace fy {
@@ -34,6 +35,39 @@ Result<std::string> locate_netns(const std::string& path, const std::string& mou
 // Why `path` cannot name a followed namespace ("" when it can): it must be
 // absolute, and a '*' may only end its last component. For config readers.
 std::string netns_path_problem(const std::string& path);
+
+// A network namespace's identity: its nsfs inode. While a daemon holds the
+// namespace open (a descriptor or a socket in it), the inode cannot be reused,
+// so a different inode at a followed path is always a new namespace.
+struct NsId {
+  dev_t dev = 0;
+  ino_t ino = 0;
+  bool operator==(const NsId&) const = default;
+  bool valid() const { return ino != 0; }
+};
+
+struct NsHandle {
+  Fd fd;  // O_RDONLY on the nsfs file; pass to setns()
+  NsId id;
+};
+
+// Opens `path` when it is a network namespace (an nsfs file of type
+// CLONE_NEWNET). Errc::not_found when the path is absent or not (yet) a
+// namespace: podman leaves an empty file where it has not bound one, or has
+// unbound it. Errc::invalid_argument for a namespace of another type.
+Result<NsHandle> open_netns(const std::string& path);
+
+// What a follower says of locate_netns' answers: a pattern that matches
+// several entries is worth one warning when it starts, not one per rescan.
+// update() returns that problem's message when it is new (empty otherwise,
+// and when it has cleared); other failures (not_found) are never said here.
+class LocateNotice {
+ public:
+  std::string update(const Result<std::string>& located);
+
+ private:
+  std::string last_;
+};
 
 // Reads a pid file (decimal, optional trailing newline or spaces); 0 when it
 // is absent, empty or malformed, or names no possible pid.

@@ -324,14 +324,8 @@ void Forwarder::rescan_bridge(const char* why) {
   auto located = bridge_path();
   // A pattern that matches several entries is said once, when it starts:
   // no namespace is followed until one matches (absent otherwise).
-  std::string unlocated =
-      !located && located.error().code == Errc::invalid_argument ? located.error().message : "";
-  if (unlocated != bridge_unlocated_) {
-    if (!unlocated.empty())
-      log::warn("bridge listener: {}; no namespace is followed until only one matches",
-                unlocated);
-    bridge_unlocated_ = unlocated;
-  }
+  if (std::string several = bridge_unlocated_.update(located); !several.empty())
+    log::warn("bridge listener: {}; no namespace is followed until only one matches", several);
   if (!located) {
     bridge_error_ = located.error().message;
     return;

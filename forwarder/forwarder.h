@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "core/netns_path.h"
 #include "core/result.h"
 #include "forwarder/attrib.h"
 #include "forwarder/config.h"
@@ -92,7 +93,7 @@ class Forwarder {
   std::unique_ptr<Listener> vm_;
   std::unique_ptr<Listener> bridge_;
   std::string bridge_error_;
-  std::string bridge_unlocated_;  // the last "matches several" said (rescan_bridge)
+  LocateNotice bridge_unlocated_;  // "matches several", said once (rescan_bridge)
   // A namespace has been found at the bridge path since the start (even if
   // not served): until then the status says bridge=absent:never-found.
   bool bridge_seen_ = false;

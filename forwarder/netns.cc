@@ -22,31 +22,7 @@
 #include "core/clock.h"
 #include "core/net.h"
 
-#ifndef NSFS_MAGIC
-#define NSFS_MAGIC 0x6e736673
-#endif
-
 namespace fy::fwd {
-
-Result<NsHandle> open_netns(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return make_error(errno == ENOENT ? Errc::not_found : Errc::io, "{} cannot be opened: {}", path,
-                      strerror(errno));
-  NsHandle h;
-  h.fd.reset(fd);
-  struct statfs sfs;
-  if (fstatfs(fd, &sfs) != 0 || static_cast<unsigned long>(sfs.f_type) != NSFS_MAGIC)
-    return make_error(Errc::not_found, "{} is not a namespace (not mounted yet?)", path);
-  int type = ioctl(fd, NS_GET_NSTYPE);
-  if (type != CLONE_NEWNET)
-    return make_error(Errc::invalid_argument, "{} is a namespace but not a network namespace",
-                      path);
-  struct stat st;
-  if (fstat(fd, &st) != 0) return make_error(Errc::io, "fstat {}: {}", path, strerror(errno));
-  h.id = NsId{st.st_dev, st.st_ino};
-  return h;
-}
 
 Result<NsId> own_netns() {
   struct stat st;

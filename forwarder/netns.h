@@ -18,25 +18,17 @@
 
 #include "core/result.h"
 #include "core/fd.h"
+#include "core/netns_path.h"
 #include "forwarder/ingress.h"
 
 namespace fy::fwd {
 
-struct NsId {
-  dev_t dev = 0;
-  ino_t ino = 0;
-  bool operator==(const NsId&) const = default;
-  bool valid() const { return ino != 0; }
-};
+// NsId, NsHandle and open_netns() are core's (core/netns_path.h), shared with
+// fy-dnsfwd.
+using fy::NsHandle;
+using fy::NsId;
+using fy::open_netns;
 
-struct NsHandle {
-  Fd fd;  // O_RDONLY on the nsfs file; pass to setns()
-  NsId id;
-};
-
-// Opens `path` when it is a network namespace (an nsfs file of type
-// CLONE_NEWNET); not_found when the path is absent or not (yet) a namespace.
-Result<NsHandle> open_netns(const std::string& path);
 // The namespace the calling thread is in.
 Result<NsId> own_netns();
 

@@ -584,3 +584,43 @@ TEST_CASE("locate_netns: a final '*', another process's mount namespace, the pid
     unlink((d + "/" + f).c_str());
   rmdir(d.c_str());
 }
+
+TEST_CASE("open_netns: a network namespace opens; other namespaces, files and absences do not") {
+  auto own = fy::open_netns("/proc/self/ns/net");
+  REQUIRE(own);
+  CHECK(own->fd.get() >= 0);
+  struct stat st {};
+  REQUIRE(stat("/proc/self/ns/net", &st) == 0);
+  CHECK(own->id == fy::NsId{st.st_dev, st.st_ino});
+  CHECK(own->id.valid());
+  // Another type of namespace: a mistake in the config, said as such.
+  auto uts = fy::open_netns("/proc/self/ns/uts");
+  REQUIRE(!uts);
+  CHECK(uts.error().code == fy::Errc::invalid_argument);
+  // What podman leaves unbound (an empty file) and an absent path: not (yet).
+  char tmpl[] = "/tmp/fy-open-netns-XXXXXX";
+  int fd = mkstemp(tmpl);
+  REQUIRE(fd >= 0);
+  close(fd);
+  auto plain = fy::open_netns(tmpl);
+  REQUIRE(!plain);
+  CHECK(plain.error().code == fy::Errc::not_found);
+  unlink(tmpl);
+  auto absent = fy::open_netns(tmpl);
+  REQUIRE(!absent);
+  CHECK(absent.error().code == fy::Errc::not_found);
+}
+
+TEST_CASE("LocateNotice: 'matches several' is said when it starts, once, and again after it cleared") {
+  fy::LocateNotice n;
+  fy::Result<std::string> several =
+      fy::make_error(fy::Errc::invalid_argument, "/run/x/rootless-netns-* matches a and b");
+  fy::Result<std::string> none = fy::make_error(fy::Errc::not_found, "nothing matches");
+  fy::Result<std::string> one = std::string("/run/x/rootless-netns-a");
+  CHECK(n.update(none).empty());  // not_found is the follower's ordinary wait
+  CHECK(n.update(several) == "/run/x/rootless-netns-* matches a and b");
+  CHECK(n.update(several).empty());
+  CHECK(n.update(several).empty());
+  CHECK(n.update(one).empty());
+  CHECK(n.update(several) == "/run/x/rootless-netns-* matches a and b");
+}

@@ -3,11 +3,9 @@
 #include <fcntl.h>
 #include <linux/netfilter_ipv4.h>
 #include <netinet/in.h>
-#include <linux/magic.h>
 #include <sched.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -39,9 +37,8 @@ struct Server::Listener {
   // a namespace it could not open there may be tried again.
   uint64_t ns_ino = 0;
   uint64_t failed_ino = 0, retry_ms = 0;
-  // follow: why the path names no namespace to follow when that is worth
-  // saying (a pattern that matches several), logged when it changes.
-  std::string unlocated;
+  // follow: a pattern that matches several entries, said once.
+  LocateNotice unlocated;
 };
 
 struct Server::Upstream {
@@ -363,26 +360,13 @@ void Server::follow(Listener*& l) {
   // The namespace now at the path: its inode, or 0 when there is none (a
   // path podman left behind unmounted is a plain file, not a namespace; a
   // pause process not started yet; nothing matching the pattern).
-  uint64_t ino = 0;
   auto located = locate_netns(l->cfg.netns, l->cfg.mount_ns_pid_file);
-  std::string unlocated =
-      !located && located.error().code == Errc::invalid_argument ? located.error().message : "";
-  if (unlocated != l->unlocated) {
-    if (!unlocated.empty())
-      log::warn("listen {}: {}; the namespace is not followed until only one matches", l->where,
-                unlocated);
-    l->unlocated = unlocated;
-  }
-  int nsfd = located ? open(located->c_str(), O_RDONLY | O_CLOEXEC) : -1;
-  struct stat st {};
-  struct statfs sf {};
-  if (nsfd >= 0 && fstat(nsfd, &st) == 0 && fstatfs(nsfd, &sf) == 0 &&
-      sf.f_type == NSFS_MAGIC)
-    ino = static_cast<uint64_t>(st.st_ino);
-  if (ino == l->ns_ino || (ino != 0 && ino == l->failed_ino && mono_ms() < l->retry_ms)) {
-    if (nsfd >= 0) ::close(nsfd);
-    return;
-  }
+  if (std::string several = l->unlocated.update(located); !several.empty())
+    log::warn("listen {}: {}; the namespace is not followed until only one matches", l->where,
+              several);
+  Result<NsHandle> ns = located ? open_netns(*located) : Result<NsHandle>(located.error());
+  uint64_t ino = ns ? static_cast<uint64_t>(ns->id.ino) : 0;
+  if (ino == l->ns_ino || (ino != 0 && ino == l->failed_ino && mono_ms() < l->retry_ms)) return;
   if (l->ns_ino) {
     // The namespace it listened in went (or another took the path): the
     // listener is retired, a fresh one takes its place in listeners_.
@@ -390,15 +374,11 @@ void Server::follow(Listener*& l) {
               ino ? "was made again: moving to the new one" : "went away: listener closed");
     l = retire_listener(l);
   }
-  if (!ino) {
-    if (nsfd >= 0) ::close(nsfd);
-    return;
-  }
+  if (!ino) return;
   // The namespace is held open while its sockets and redirect are made, and
   // named through this descriptor, so every one of them is in the same one
   // even if the path is re-bound meanwhile.
-  auto opened = open_listener(l, fmt::format("/proc/self/fd/{}", nsfd));
-  ::close(nsfd);
+  auto opened = open_listener(l, fmt::format("/proc/self/fd/{}", ns->fd.get()));
   if (!opened) {
     log::error("{} — tried again in 5 s, or when the namespace is made again",
                opened.error().message);
