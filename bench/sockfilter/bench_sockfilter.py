@@ -2,9 +2,10 @@
 """fy-sockfilter's benchmark: the same requests, in the same run, straight to
 a real podman API socket (runsc default, as test_live_podman.py sets it up),
 through fy-sockfilter, through haproxy in http mode on unix sockets with
-path ACLs (how the popular socket proxies are built), and through the floor:
-floor_relay.c, a byte relay with no parsing (one edge-triggered epoll loop),
-the least any hop in front of the socket costs on this machine. Within each round the
+path ACLs (how the popular socket proxies are built), and through two floors,
+byte relays with no parsing: floor_relay.c (one level-triggered epoll loop)
+and floor_threads.c (a blocking thread per direction, no event loop), the
+least any hop in front of the socket costs on this machine. Within each round the
 arms take turns every --batch requests (creates: every request), the order
 rotating; p50/p90 are over all requests of all rounds; each ratio is the
 median over rounds of that round's p50 ratio (against direct, and against
@@ -48,6 +49,15 @@ frontend engine
 backend podman
   server engine unix@{upstream}
 """
+
+
+def cpu_ns_ticks(pid):
+    """CPU time a process has run, exited threads included, in ns (utime+stime of
+    /proc/<pid>/stat: clock-tick granular). For floor-threads, whose threads end
+    with their connections and take their schedstat with them."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
 
 
 def cpu_ns(pid):
@@ -151,6 +161,11 @@ def main():
     floor_bin = os.path.join(tmp, "floor_relay")
     subprocess.run(["cc", "-O2", "-o", floor_bin,
                     os.path.join(os.path.dirname(os.path.abspath(__file__)), "floor_relay.c")], check=True)
+    floor_thr = os.path.join(tmp, "floor-threads.sock")
+    floor_thr_bin = os.path.join(tmp, "floor_threads")
+    subprocess.run(["cc", "-O2", "-pthread", "-o", floor_thr_bin,
+                    os.path.join(os.path.dirname(os.path.abspath(__file__)), "floor_threads.c")],
+                   check=True)
     with open(os.path.join(tmp, "haproxy.cfg"), "w") as f:
         f.write(HAPROXY_CFG.format(listen=hap, upstream=engine))
     procs = []
@@ -169,8 +184,10 @@ def main():
         hap_p = subprocess.Popen(["haproxy", "-f", os.path.join(tmp, "haproxy.cfg")],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         floor_p = subprocess.Popen([floor_bin, engine, floor])
-        procs += [flt, hap_p, floor_p]
-        arms = {"direct": engine, "fy-sockfilter": filtered, "haproxy": hap, "floor": floor}
+        floor_thr_p = subprocess.Popen([floor_thr_bin, engine, floor_thr])
+        procs += [flt, hap_p, floor_p, floor_thr_p]
+        arms = {"direct": engine, "fy-sockfilter": filtered, "haproxy": hap, "floor": floor,
+                "floor-threads": floor_thr}
         for path in arms.values():
             for _ in range(300):
                 if os.path.exists(path):
@@ -190,8 +207,10 @@ def main():
         per_round = {arm: {k: [] for k in kinds} for arm in arms}  # each round's p50
         names = list(arms)
         batch = max(1, a.batch)
-        procs_of = {"fy-sockfilter": flt, "haproxy": hap_p, "floor": floor_p}
-        cpu0 = {arm: cpu_ns(p.pid) for arm, p in procs_of.items()}
+        procs_of = {"fy-sockfilter": flt, "haproxy": hap_p, "floor": floor_p,
+                    "floor-threads": floor_thr_p}
+        cpu_of = {arm: cpu_ns_ticks if arm == "floor-threads" else cpu_ns for arm in procs_of}
+        cpu0 = {arm: cpu_of[arm](p.pid) for arm, p in procs_of.items()}
         for rnd in range(a.rounds):
             conns = {arm: Conn(arms[arm]) for arm in names}
             got = {arm: {k: [] for k in kinds} for arm in names}
@@ -226,7 +245,7 @@ def main():
         # The proxies' own CPU per request (not their latency: what they
         # spend, whatever the machine's load does to the wake-ups).
         nreq = sum(len(samples["direct"][k]) for k in kinds)
-        cpu = {arm: (cpu_ns(p.pid) - cpu0[arm]) / nreq / 1000 for arm, p in procs_of.items()}
+        cpu = {arm: (cpu_of[arm](p.pid) - cpu0[arm]) / nreq / 1000 for arm, p in procs_of.items()}
         result = {"cpu_us_per_request": cpu}
         print("CPU per request (all kinds, %d requests per arm): %s"
               % (nreq, ", ".join("%s %.1f us" % (arm, us) for arm, us in cpu.items())))
