@@ -293,8 +293,11 @@ class KernelLog:
             text = rec.decode(errors="replace")
             self.seen.append(text.split(";", 1)[-1].split("\n", 1)[0])
 
-    def wait_for(self, *needles, timeout=3.0):
-        """The first record since mark() holding every needle, or None."""
+    def wait_for(self, *needles, timeout=10.0):
+        """The first record since mark() holding every needle, or None after
+        `timeout` seconds. The default is for a line that is expected (it
+        returns as soon as it is there; 3 s once flaked under ASan): a wait that
+        asserts a line does NOT come passes a short timeout of its own."""
         deadline = time.monotonic() + timeout
         while True:
             self._read()
