@@ -31,6 +31,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "wall"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "lib"))  # fyproc, fynet (fywnet's)
 os.environ.setdefault("FY_SOURCE_DIR", os.path.join(HERE, "..", ".."))
 
 import dnsnet as d  # noqa: E402

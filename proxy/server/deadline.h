@@ -1,7 +1,7 @@
 // Every wait of a client connection and the deadline that bounds it, in one
 // table. Connection::arm_timer() asks next_deadline() when its one timer must
 // fire; handle_timer() asks again when it fires and acts on the phase named.
-// Pure: no loop, no I/O (tests/unit/proxy_deadline_test.cc). docs/fy-proxy.md,
+// Pure: no loop, no I/O (tests/unit/proxy/deadline_test.cc). docs/fy-proxy.md,
 // "Deadlines", lists the same rows for the operator.
 //
 //   state      wait                                   deadline                       phase

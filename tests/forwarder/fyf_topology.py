@@ -45,7 +45,12 @@ import subprocess
 import tempfile
 import time
 
+from fynet import make_cgroup, netns_add, netns_del, remove_cgroup, remove_cgroup_tree, \
+    sweep_netns, veth_pair
 from fyproc import alive as _alive, sh  # noqa: F401  (the tests use fyf_topology.sh)
+
+# The VM-namespace tests' cgroups live here (the forwarder reads this hierarchy).
+CGROUP_BASE = "/sys/fs/cgroup/unified"
 
 
 def control_request(sock, command="status", timeout=5.0):
@@ -117,12 +122,7 @@ def clean_leftovers(tag):
                 os.kill(int(pid), signal.SIGKILL)
             except OSError:
                 pass
-    r = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=30)
-    for line in r.stdout.splitlines():
-        name = line.split()[0] if line.strip() else ""
-        m = pat.match(name + "-")
-        if m and not _alive(int(m.group(1))):
-            subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=30)
+    sweep_netns(pat)
     tmp = tempfile.gettempdir()
     # Mounts a killed run left in its directory (the namespace-visibility tests
     # bind namespaces there), innermost first.
@@ -140,14 +140,11 @@ def clean_leftovers(tag):
         m = pat.match(name)
         if m and not _alive(int(m.group(1))):
             shutil.rmtree(os.path.join(tmp, name), ignore_errors=True)
-    base = "/sys/fs/cgroup/unified"
     try:
-        for name in os.listdir(base):
+        for name in os.listdir(CGROUP_BASE):
             m = pat.match(name + "-")
             if m and not _alive(int(m.group(1))):
-                for root, dirs, _ in sorted(os.walk(os.path.join(base, name)),
-                                            key=lambda w: -len(w[0])):
-                    Topology._rmdir_cgroup(root)
+                remove_cgroup_tree(os.path.join(CGROUP_BASE, name), kill=True)
     except OSError:
         pass
 
@@ -237,7 +234,7 @@ class Topology:
                 pass
         self.teardown(quiet=True)
         for cg in reversed(self.cgroups):
-            self._rmdir_cgroup(cg)
+            remove_cgroup(cg, kill=True)
         # A sanitizer report in any process we ran fails the test (CI runs the
         # suites against an ASan + UBSan build).
         reports = []
@@ -264,13 +261,12 @@ class Topology:
 
     def _build(self):
         t = self.tag
-        sh("ip", "netns", "add", self.host)
-        sh("ip", "netns", "add", self.vm)
+        netns_add(self.host, lo_up=False)
+        netns_add(self.vm, lo_up=False)
         for ns in (self.host, self.vm):
             self._ns_basics(ns)
         # vm <-> host
-        sh("ip", "link", "add", "fyf%sv" % t, "netns", self.vm, "type", "veth", "peer", "name",
-           "fyf%sh" % t, "netns", self.host)
+        veth_pair("fyf%sv" % t, "fyf%sh" % t, ns_a=self.vm, ns_b=self.host)
         self.nsexec(self.vm, "ip", "link", "set", "fyf%sv" % t, "name", "eth0")
         self.nsexec(self.host, "ip", "link", "set", "fyf%sh" % t, "name", "eth0")
         self.nsexec(self.vm, "ip", "addr", "add", VM_ADDR + "/24", "dev", "eth0")
@@ -286,7 +282,7 @@ class Topology:
         """(Re-)creates the rootless namespace, its bridges and the containers (and, with
         preinstall_redirect, a redirect of its own; the forwarder installs its own)."""
         t = self.tag
-        sh("ip", "netns", "add", self.rl)
+        netns_add(self.rl, lo_up=False)
         self._ns_basics(self.rl)
         for bridge, n in self.nets:
             self.nsexec(self.rl, "ip", "link", "add", bridge, "type", "bridge")
@@ -313,8 +309,7 @@ class Topology:
         if self.route_direct:
             # A routed way from the rootless namespace to the host, through the VM
             # namespace: only for the benchmark's "direct" arm.
-            sh("ip", "link", "add", "fyf%sr" % t, "netns", self.rl, "type", "veth", "peer",
-               "name", "fyf%sq" % t, "netns", self.vm)
+            veth_pair("fyf%sr" % t, "fyf%sq" % t, ns_a=self.rl, ns_b=self.vm)
             self.nsexec(self.rl, "ip", "addr", "add", "10.254.0.2/30", "dev", "fyf%sr" % t)
             self.nsexec(self.vm, "ip", "addr", "add", "10.254.0.1/30", "dev", "fyf%sq" % t)
             self.nsexec(self.rl, "ip", "link", "set", "fyf%sr" % t, "up")
@@ -326,11 +321,10 @@ class Topology:
             self.nsexec(self.host, "ip", "route", "replace", "10.89.0.0/16", "via", VM_ADDR)
             self.nsexec(self.host, "ip", "route", "replace", "10.254.0.0/30", "via", VM_ADDR)
         for i, (ns, ip, bridge) in enumerate(self.containers):
-            sh("ip", "netns", "del", ns, check=False)
-            sh("ip", "netns", "add", ns)
+            netns_del(ns)
+            netns_add(ns, lo_up=False)
             self._ns_basics(ns)
-            sh("ip", "link", "add", "fyf%sc%d" % (t, i), "netns", ns, "type", "veth", "peer",
-               "name", "fyf%sb%d" % (t, i), "netns", self.rl)
+            veth_pair("fyf%sc%d" % (t, i), "fyf%sb%d" % (t, i), ns_a=ns, ns_b=self.rl)
             self.nsexec(ns, "ip", "link", "set", "fyf%sc%d" % (t, i), "name", "eth0")
             self.nsexec(ns, "ip", "addr", "add", ip + "/24", "dev", "eth0")
             self.nsexec(ns, "ip", "link", "set", "eth0", "up")
@@ -342,14 +336,14 @@ class Topology:
     def destroy_rootless(self):
         """Tears the rootless namespace down with its containers (as podman does)."""
         for ns, _, _ in self.containers:
-            sh("ip", "netns", "del", ns, check=False)
-        sh("ip", "netns", "del", self.rl, check=False)
+            netns_del(ns)
+        netns_del(self.rl)
 
     def teardown(self, quiet=False):
         for ns, _, _ in self.containers:
-            sh("ip", "netns", "del", ns, check=False)
+            netns_del(ns)
         for ns in (self.rl, self.vm, self.host):
-            sh("ip", "netns", "del", ns, check=False)
+            netns_del(ns)
 
     # -- processes --------------------------------------------------------------------------
 
@@ -492,30 +486,6 @@ class Topology:
 
     def cgroup(self, *parts):
         """Makes /sys/fs/cgroup/unified/fyf-<tag>-<pid>/<parts...>; removed at exit."""
-        base = os.path.join("/sys/fs/cgroup/unified", self.name)
-        path = base
-        for part in ("",) + parts:
-            path = os.path.join(path, part) if part else path
-            if not os.path.isdir(path):
-                os.mkdir(path)
-                self.cgroups.append(path)
+        path, made = make_cgroup(os.path.join(CGROUP_BASE, self.name), *parts)
+        self.cgroups.extend(made)
         return path
-
-    @staticmethod
-    def _rmdir_cgroup(path):
-        for _ in range(50):
-            try:
-                with open(os.path.join(path, "cgroup.procs")) as f:
-                    procs = f.read().split()
-            except OSError:
-                return
-            for pid in procs:
-                try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except OSError:
-                    pass
-            try:
-                os.rmdir(path)
-                return
-            except OSError:
-                time.sleep(0.05)

@@ -23,6 +23,8 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fyf_topology import build_dir, control_request  # noqa: E402
+from fynet import netns_add, netns_del  # noqa: E402
+from fyproc import sh  # noqa: E402
 
 PREFIX = "fyfwa-%d" % os.getpid()
 
@@ -49,7 +51,7 @@ class WatchDir(unittest.TestCase):
         for m in reversed(self.mounts):
             subprocess.run(["umount", "-l", m], capture_output=True)
         for n in self.nets:
-            subprocess.run(["ip", "netns", "del", n], capture_output=True)
+            netns_del(n)
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def log(self):
@@ -73,9 +75,9 @@ class WatchDir(unittest.TestCase):
 
     def new_netns(self, path):
         name = "%s-%d" % (PREFIX, len(self.nets))
-        subprocess.run(["ip", "netns", "add", name], check=True)
+        netns_add(name, lo_up=False)
         self.nets.append(name)
-        subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True)
+        sh("ip", "-n", name, "link", "set", "lo", "up")
         open(path, "w").close()
         subprocess.run(["mount", "--bind", "/run/netns/" + name, path], check=True)
         self.mounts.append(path)

@@ -40,7 +40,8 @@ RENDER_BOOT = os.path.join(BUILD, "subprojects", "fy-machine", "tests", "fy-mach
 SHIP = [("tests/wall", f) for f in ("fywnet.py", "exotic.py", "probe.py", "serve.py",
                                     "resolv.conf")] + \
        [("tests/guest", f) for f in ("guest_rows.py", "kfam.py")] + \
-       [("tests/lib", "fyproc.py")]  # fywnet's sh/alive/cgroup helpers
+       [("tests/lib", f) for f in ("fyproc.py",  # fywnet's sh/alive helpers
+                                   "fynet.py")]  # its netns/veth/cgroup primitives
 R = {}
 
 

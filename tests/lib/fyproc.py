@@ -1,8 +1,8 @@
 """Process helpers shared by the test suites (proxy, forwarder, wall): run a
-command, tell whether a pid lives, remove a cgroup tree. Before, the forwarder's
-fyf_topology.py and the wall's fywnet.py each had their own `sh` and `_alive`,
-which had drifted apart (one counted a zombie as alive, one replaced the
-environment where the other extended it)."""
+command, tell whether a pid lives (namespaces and cgroups: fynet.py). Before,
+the forwarder's fyf_topology.py and the wall's fywnet.py each had their own
+`sh` and `_alive`, which had drifted apart (one counted a zombie as alive,
+one replaced the environment where the other extended it)."""
 
 import os
 import subprocess
@@ -30,12 +30,3 @@ def alive(pid):
     except (OSError, IndexError):
         return False
 
-
-def remove_cgroup_tree(path):
-    """Removes the cgroup at `path` and every cgroup below it, deepest first;
-    one that still holds a process stays (rmdir fails) and is skipped."""
-    for dirpath, _dirs, _files in sorted(os.walk(path), key=lambda t: -len(t[0])):
-        try:
-            os.rmdir(dirpath)
-        except OSError:
-            pass

@@ -26,6 +26,7 @@ import tempfile
 import time
 import unittest
 
+from fynet import netns_add, netns_del
 from fytest import BUILD, SOURCE, TestCA, binary, wait_until
 
 NS = f"fy12nc-{os.getpid()}"
@@ -61,13 +62,12 @@ class Namespace:
         self.hosts, self.bundle = hosts, bundle
 
     def __enter__(self):
-        subprocess.run(["ip", "netns", "del", NS], capture_output=True)
-        subprocess.run(["ip", "netns", "add", NS], check=True)
-        subprocess.run(["ip", "-n", NS, "link", "set", "lo", "up"], check=True)
+        netns_del(NS)
+        netns_add(NS)
         return self
 
     def __exit__(self, *exc):
-        subprocess.run(["ip", "netns", "del", NS], capture_output=True)
+        netns_del(NS)
 
     def argv(self, *cmd):
         mounts = (f'mount --bind "{self.hosts}" /etc/hosts && '

@@ -41,14 +41,6 @@ SUBUID_START, SUBUID_COUNT = 100000, 65536
 OTHER_UID = 4343  # a user who is not walled
 
 
-def cgroup2_root():
-    for cand in ("/sys/fs/cgroup/unified", "/sys/fs/cgroup"):
-        if os.path.exists(os.path.join(cand, "cgroup.procs")) and \
-                os.path.exists(os.path.join(cand, "cgroup.subtree_control")):
-            return cand
-    raise RuntimeError("no cgroup2 mount at /sys/fs/cgroup/unified or /sys/fs/cgroup")
-
-
 # ---- undo list ---------------------------------------------------------
 
 _undo = []
@@ -78,18 +70,18 @@ for _sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
     signal.signal(_sig, _on_signal)
 import atexit  # noqa: E402
 
-from fyproc import alive as _alive, remove_cgroup_tree, sh  # noqa: E402,F401  (tests use fywnet.sh)
+# The shared primitives (tests/lib); the tests use fywnet.sh, .cgroup2_root,
+# .in_cgroup and .remove_cgroup_tree through this module.
+from fyproc import alive as _alive, sh  # noqa: E402,F401
+from fynet import (cgroup2_root, in_cgroup, make_cgroup, netns_add,  # noqa: E402,F401
+                   netns_del, nsenter, remove_cgroup_tree, sweep_netns, veth_pair)
 
 atexit.register(cleanup)
 
 
 def sweep_stale():
     """Deletes fyw-<pid>-* namespaces and cgroups whose test process is gone."""
-    if os.path.isdir("/run/netns"):
-        for name in os.listdir("/run/netns"):
-            m = re.match(r"fyw-(\d+)-", name)
-            if m and not _alive(int(m.group(1))):
-                sh("ip", "netns", "del", name, check=False)
+    sweep_netns(r"fyw-(\d+)-")
     root = cgroup2_root()
     for name in os.listdir(root):
         m = re.match(r"fyw-(\d+)-", name)
@@ -116,14 +108,14 @@ def set_nf_log_all_netns():
 
 def netns(role):
     name = f"fyw-{PID}-{secrets.token_hex(2)}-{role}"
-    sh("ip", "netns", "add", name)
-    on_cleanup(lambda: sh("ip", "netns", "del", name, check=False), f"netns {name}")
+    netns_add(name, lo_up=False)
+    on_cleanup(lambda: netns_del(name), f"netns {name}")
     sh("ip", "-n", name, "link", "set", "lo", "up")
     return name
 
 
 def nsexec(ns, *cmd):
-    return ["nsenter", f"--net=/run/netns/{ns}", *map(str, cmd)]
+    return nsenter(ns, *cmd)
 
 
 def in_ns(ns, *cmd, check=True, timeout=30):
@@ -134,7 +126,7 @@ def veth(ns_a, addrs_a, ns_b, addrs_b):
     """A veth pair between two namespaces; addrs are "ip/len" strings."""
     tag = secrets.token_hex(3)
     a, b = f"fyw{tag}a", f"fyw{tag}b"
-    sh("ip", "link", "add", a, "type", "veth", "peer", "name", b)
+    veth_pair(a, b)
     # If the move fails, the pair is still in this namespace: undo it here.
     on_cleanup(lambda: sh("ip", "link", "del", a, check=False), f"veth {a}")
     sh("ip", "link", "set", a, "netns", ns_a)
@@ -165,23 +157,10 @@ def spawn(cmd, **kw):
     return p
 
 
-def in_cgroup(path, cmd):
-    """`cmd`, run by a process that first moves itself into the cgroup `path`."""
-    return ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', path, *cmd]
-
-
 def cgroup(relative):
     """Makes a cgroup (and its parents) below the cgroup2 mount; removed at
     cleanup, after the processes started in it later are gone."""
-    root = cgroup2_root()
-    path = os.path.join(root, relative)
-    made = []
-    cur = root
-    for part in relative.split("/"):
-        cur = os.path.join(cur, part)
-        if not os.path.isdir(cur):
-            os.mkdir(cur)
-            made.append(cur)
+    path, made = make_cgroup(cgroup2_root(), relative)
     for d in made:
         on_cleanup(lambda d=d: os.rmdir(d), f"cgroup {d}")
     return path
@@ -314,8 +293,11 @@ class KernelLog:
             text = rec.decode(errors="replace")
             self.seen.append(text.split(";", 1)[-1].split("\n", 1)[0])
 
-    def wait_for(self, *needles, timeout=3.0):
-        """The first record since mark() holding every needle, or None."""
+    def wait_for(self, *needles, timeout=10.0):
+        """The first record since mark() holding every needle, or None after
+        `timeout` seconds. The default is for a line that is expected (it
+        returns as soon as it is there; 3 s once flaked under ASan): a wait that
+        asserts a line does NOT come passes a short timeout of its own."""
         deadline = time.monotonic() + timeout
         while True:
             self._read()

@@ -8,8 +8,10 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
+import threading
 import time
 import unittest
 
@@ -20,23 +22,43 @@ ASSETS = os.environ.get("FY_MACHINE_ASSETS", os.path.join(HERE, "..", "..", ".."
 WANT = "wall on 41000-41089, 41100-41189"
 
 
-def free_port():
-    import socket
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
 class Sshd:
-    """A real sshd on 127.0.0.1 with a host key of its own (the guest's)."""
+    """A real sshd on 127.0.0.1 with a host key of its own (the guest's). The
+    test holds the listening socket (bound to port 0, open until close(), so no
+    other process can take the port between a pick and sshd's bind) and hands
+    each connection it accepts to `sshd -i` (inetd mode), which reads its
+    config and host key anew per connection. While stopped, a connection is
+    closed at once."""
 
     def __init__(self, root):
         self.root = root
-        self.port = free_port()
-        self.proc = None
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.sock.settimeout(0.1)
+        self.port = self.sock.getsockname()[1]
+        self.cfg = None
+        self.children = []
+        self.lock = threading.Lock()
+        self.closed = False
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
         self.new_key()
+
+    def _serve(self):
+        while not self.closed:
+            try:
+                conn, _ = self.sock.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            with self.lock:
+                if self.cfg:
+                    self.children.append(subprocess.Popen(
+                        ["/usr/sbin/sshd", "-i", "-e", "-f", self.cfg], stdin=conn.fileno(),
+                        stdout=conn.fileno(), stderr=subprocess.DEVNULL))
+            conn.close()
 
     def new_key(self):
         key = os.path.join(self.root, "host_ed25519")
@@ -53,8 +75,8 @@ class Sshd:
                     "UsePAM no\nStrictModes no\nPasswordAuthentication no\n"
                     % (self.port, self.key, self.root))
         os.makedirs("/run/sshd", exist_ok=True)
-        self.proc = subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", cfg],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        with self.lock:
+            self.cfg = cfg
         for _ in range(100):
             r = subprocess.run(["ssh-keyscan", "-T", "1", "-p", str(self.port), "127.0.0.1"],
                                capture_output=True, text=True)
@@ -64,10 +86,19 @@ class Sshd:
         raise RuntimeError("sshd did not come up")
 
     def stop(self):
-        if self.proc:
-            self.proc.terminate()
-            self.proc.wait(5)
-            self.proc = None
+        with self.lock:
+            self.cfg = None
+            children, self.children = self.children, []
+        for p in children:
+            if p.poll() is None:
+                p.terminate()
+            p.wait(5)
+
+    def close(self):
+        self.stop()
+        self.closed = True
+        self.thread.join(5)
+        self.sock.close()
 
 
 @unittest.skipUnless(os.access(BIN, os.X_OK), "FY_MACHINE_BIN is not built")
@@ -82,7 +113,7 @@ class Lifecycle(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        cls.sshd.stop()
+        cls.sshd.close()
         shutil.rmtree(cls.sshroot, ignore_errors=True)
 
     def setUp(self):
