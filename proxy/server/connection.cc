@@ -51,10 +51,7 @@ Connection::Connection(Server& srv, uint64_t id)
   timer_.data = this;
   // A stamp field in a trailer would go on with the body bytes, unstripped.
   req_parser_.refuse_trailer = [](std::string_view name) { return stamp::is_stamp_header(name); };
-  resp_parser_.on_body = [this](std::string_view b) {
-    if (ex_.capture_body && ex_.row.error_body.size() < netlog::kMaxErrorBody)
-      ex_.row.error_body.append(b.substr(0, netlog::kMaxErrorBody - ex_.row.error_body.size()));
-  };
+  resp_parser_.on_body = [this](std::string_view b) { ex_.body_bytes(b); };
 }
 
 const http::Limits& Connection::req_limits() const { return srv_.http_limits(); }
@@ -108,13 +105,13 @@ void Connection::on_eof(Stream& s) {
         // the connection closes when nothing is left (on_response_complete).
         bool request_whole =
             req_ == Req::done || (req_ == Req::wait && req_parser_.message_complete());
-        if (ex_.active && !request_whole && !ex_.response_started) {
-          ex_.row.error = "closed: the client closed the connection mid-request";
+        if (ex_.active() && !request_whole && !ex_.response_started) {
+          ex_.set_error("closed: the client closed the connection mid-request");
           write_exchange_row();
           close("client closed mid-request");
           return;
         }
-        if (ex_.active || !stash_.empty() || replay_pending_ || replay_blocked_) return;
+        if (ex_.active() || !stash_.empty() || replay_pending_ || replay_blocked_) return;
         close("client closed");
         return;
       }
@@ -128,14 +125,14 @@ void Connection::on_eof(Stream& s) {
     finish_tunnel_if_done();
     return;
   }
-  if (ex_.active && resp_ == Resp::body && resp_parser_.body_until_eof()) {
+  if (ex_.active() && resp_ == Resp::body && resp_parser_.body_until_eof()) {
     resp_parser_.finish();
     ex_.origin_reuse = false;
     ex_.close_after = true;  // the client reads this body until the connection closes
     on_response_complete();
     return;
   }
-  if (ex_.active && (resp_ == Resp::head || resp_ == Resp::body)) {
+  if (ex_.active() && (resp_ == Resp::head || resp_ == Resp::body)) {
     if (resp_ == Resp::head && retry_on_fresh_origin()) return;
     origin_failed(Errc::closed, resp_ == Resp::head
                                     ? "the origin closed the connection before responding"
@@ -151,8 +148,9 @@ void Connection::on_error(Stream& s, Errc kind, const std::string& detail) {
       ++srv_.metrics().tls_client_handshake_failures;
       log::debug("{} TLS handshake with the client failed: {}", log::ConnId{id_}, detail);
     }
-    if (ex_.active && mode_ == Mode::http) {
-      ex_.row.error = std::string(netlog::kClientPrefix) + netlog::error_text(netlog::error_kind_of(kind), detail);
+    if (ex_.active() && mode_ == Mode::http) {
+      ex_.set_error(std::string(netlog::kClientPrefix) +
+                    netlog::error_text(netlog::error_kind_of(kind), detail));
       write_exchange_row();
     }
     close("client error");
@@ -266,9 +264,8 @@ void Connection::process_client(const ChunkRef& c, const char* p, size_t n) {
     http::ParseError err;
     auto used = req_parser_.parse_body(p, n, &err);
     if (!used) {
-      ex_.row.error = "protocol: " + err.reason;
+      ex_.set_error("protocol: " + err.reason);
       if (!ex_.response_started) {
-        ex_.active = true;
         answer_parse_error(err);
       } else {
         write_exchange_row();
@@ -277,7 +274,7 @@ void Connection::process_client(const ChunkRef& c, const char* p, size_t n) {
       return;
     }
     if (*used > 0) {
-      ex_.row.bytes_up += *used;
+      ex_.add_up(*used);
       ex_.body_sent = true;
       if (Stream* o = origin_out()) o->write(c, p, *used);
       if (ex_.cred.keeps_body()) ex_.cred.keep_body(srv_.kept_body_bytes(), p, *used);
@@ -323,11 +320,7 @@ void Connection::replay_stash() {
 }
 
 void Connection::begin_row(std::string_view method) {
-  ex_ = Exchange{};
-  ex_.active = true;
-  ex_.start_ms = uv_now(srv_.loop());
-  ex_.row.ts_ms = wall_ms();
-  ex_.row.method = std::string(method);
+  ex_.begin(method, wall_ms(), uv_now(srv_.loop()));
 }
 
 void Connection::on_request_head(std::string_view head) {
@@ -336,15 +329,14 @@ void Connection::on_request_head(std::string_view head) {
   ++srv_.metrics().requests;
   bool parsed = req_parser_.parse_head(head, &req_head_, &err);
   begin_row(parsed ? req_head_.method : std::string_view());
-  ex_.row.bytes_up = head.size();
+  ex_.add_up(head.size());
   // Before anything can refuse the head: a refusal's row names who asked.
   bind_first_head(head, parsed ? &req_head_ : nullptr);
   if (!parsed || !http::check_request_framing(req_head_, &err)) {
     answer_parse_error(err);
     return;
   }
-  if (auto ua = req_head_.get("user-agent")) ex_.row.ua = std::string(*ua);
-  ex_.method = req_head_.method_id;
+  if (auto ua = req_head_.get("user-agent")) ex_.set_ua(std::string(*ua));
   ex_.upgrade = req_head_.upgrade && req_head_.method_id != HTTP_CONNECT;
   ex_.client_keep_alive = req_head_.keep_alive;
   // The build claim is read unless the principal is refused outright (a
@@ -377,7 +369,7 @@ admission::BuildProof Connection::build_proof() const {
 void Connection::apply_request(const admission::Decision& d) {
   using admission::Action;
   using admission::Answer;
-  if (!d.key.empty()) ex_.row.host = d.key;
+  if (!d.key.empty()) ex_.set_host(d.key);
   if (d.has_dest) {
     ex_.dest = d.dest;
     ex_.kind = d.kind;
@@ -386,15 +378,15 @@ void Connection::apply_request(const admission::Decision& d) {
     if (d.kind == policy::Kind::connect) connect_dest_ = d.dest;
   }
   if (d.path) {
-    ex_.row.path = std::string(*d.path);
+    ex_.set_path(std::string(*d.path));
     ex_.target = std::string(*d.path);
   }
   switch (d.action) {
     case Action::answer: break;
-    case Action::challenge: answer_proxy_auth(ex_.row.host, d.close_after); return;
+    case Action::challenge: answer_proxy_auth(ex_.row().host, d.close_after); return;
     case Action::establish: establish(d); return;
     case Action::forward:
-      if (d.would_block) log_would_block(ex_.row.host, req_head_.method);
+      if (d.would_block) log_would_block(ex_.row().host, req_head_.method);
       if (d.rule) {
         inject(*d.rule, ex_.dest, ex_.kind, ex_.target);
         return;
@@ -434,24 +426,24 @@ void Connection::apply_request(const admission::Decision& d) {
       return;
     case Answer::overlap:
       ++srv_.metrics().overlaps;
-      ex_.row.overlap = true;
+      ex_.set_overlap();
       answer(answers::overlap(d.overlap->message), d.close_after);
       return;
     case Answer::held:
       // The switch is off and this is its dummy: answer as the provider
       // would; nothing goes upstream.
       ++srv_.metrics().held;
-      ex_.row.held = d.held->axis;
+      ex_.set_held(d.held->axis);
       answer(answers::held(d.held->body), d.close_after);
       return;
-    case Answer::allowlist: refuse(ex_.row.host, d.close_after); return;
+    case Answer::allowlist: refuse(ex_.row().host, d.close_after); return;
     case Answer::scoped:
       // [scope]: the credential is not for who asked. Answered as the
       // provider would answer a missing credential; nothing goes upstream.
       ++srv_.metrics().scoped_out;
-      ex_.row.scoped = d.rule->id;
+      ex_.set_scoped(d.rule->id);
       log::info("{} answered {} {}{} 401: switch '{}' is not for {} ([scope])", log::ConnId{id_},
-                ex_.row.method, ex_.row.host, ex_.row.path, d.rule->id,
+                ex_.row().method, ex_.row().host, ex_.row().path, d.rule->id,
                 policy::asker_text(admission::asker_of(principal(), build_)));
       answer(answers::scoped(d.detail), d.close_after);
       return;
@@ -485,7 +477,7 @@ void Connection::keep_head(std::string_view head) {
 
 void Connection::inject(const inject::Rule& rule, const HostPort& dest, policy::Kind kind,
                         std::string_view target) {
-  ex_.cred.begin(rule, req_head_.content_length, ex_.row);
+  ex_.cred.begin(rule, req_head_.content_length, ex_.row_for_roles());
   // The head outlives this read: a credential may be awaited, and a 401 may
   // make the request go out again.
   keep_head(head_view_);
@@ -523,12 +515,12 @@ void Connection::on_credential(const inject::MintOutcome& out) {
   if (arrival == CredentialFlow::Arrival::rule_changed) {
     log::info("{} switch '{}' changed while its credential was minted: nothing is injected",
               log::ConnId{id_}, ex_.cred.rule_id());
-    ex_.cred.drop_rule(&ex_.row);
+    ex_.cred.drop_rule(&ex_.row_for_roles());
     admission::Decision d =
         admission::decide_unruled(ex_.dest, ex_.kind, principal(), build_proof(),
                                   req_parser_.message_complete(), wall_ms(), srv_.policy());
     if (d.action != admission::Action::forward) {
-      refuse(ex_.row.host, d.close_after);
+      refuse(ex_.row().host, d.close_after);
       return;
     }
     forward_request(ex_.dest, ex_.kind, ex_.target);
@@ -540,9 +532,9 @@ void Connection::on_credential(const inject::MintOutcome& out) {
     // who asked: answered as step 7 answers it, nothing injected.
     log::info("{} switch '{}''s scope changed while its credential was minted: not injected",
               log::ConnId{id_}, ex_.cred.rule_id());
-    ex_.cred.drop_rule(&ex_.row);
+    ex_.cred.drop_rule(&ex_.row_for_roles());
     ++srv_.metrics().scoped_out;
-    ex_.row.scoped = rule->id;
+    ex_.set_scoped(rule->id);
     answer(answers::scoped(d.detail), d.close_after);
     return;
   } else if (!out.ok) {
@@ -559,7 +551,7 @@ void Connection::replay_after_401() {
   // send the request again (head and the kept body: replayable() held).
   ++srv_.metrics().replays;
   const inject::Rule* rule =
-      ex_.cred.start_replay(srv_.policy().rules(), srv_.credentials(), ex_.row);
+      ex_.cred.start_replay(srv_.policy().rules(), srv_.credentials(), ex_.row_for_roles());
   if (!rule) {
     forward_request(ex_.dest, ex_.kind, ex_.target);
     return;
@@ -572,7 +564,7 @@ void Connection::replay_after_401() {
 
 void Connection::answer_mint_failure(const std::string& reason, bool after_401) {
   ++srv_.metrics().mint_failures;
-  CredentialFlow::mint_failed(ex_.row);
+  CredentialFlow::mint_failed(ex_.row_for_roles());
   answer(answers::mint_failed(ex_.dest.host, reason, after_401),
          !req_parser_.message_complete() || req_ == Req::body);
 }
@@ -587,14 +579,14 @@ void Connection::answer_proxy_auth(const std::string& key, bool close_after) {
   a.headers.emplace_back(answers::kBuildChallengeHeader, answers::kBuildChallengeValue);
   a.body = std::move(r.body);
   a.close = close_after;
-  ex_.row.blocked = true;
+  ex_.set_blocked();
   std::string out;
   http::build_answer(out, a);
   client_.write(out);
-  ex_.row.status = 407;
-  ex_.row.bytes_down += out.size();
+  ex_.set_status(407);
+  ex_.add_down(out.size());
   write_exchange_row();
-  ex_ = Exchange{};
+  ex_.reset();
   if (a.close) {
     linger();
     return;
@@ -606,15 +598,15 @@ void Connection::answer_proxy_auth(const std::string& key, bool close_after) {
 }
 
 void Connection::establish(const admission::Decision& d) {
-  if (d.would_block) log_would_block(ex_.row.host, "CONNECT");
+  if (d.would_block) log_would_block(ex_.row().host, "CONNECT");
   implicit_only_ = d.implicit_only;
   in_connect_ = true;
   inner_kind_ = d.inner_kind;
   req_parser_.reset();
   req_reader_.reset();
-  tunnel_.set_start(ex_.row.ts_ms, ex_.start_ms);
+  tunnel_.set_start(ex_.row().ts_ms, ex_.start_ms());
   client_.write("HTTP/1.1 200 Connection established\r\n\r\n");
-  ex_.active = false;  // the tunnel's own row (or its requests' rows) follow
+  ex_.hand_over();  // the tunnel's own row (or its requests' rows) follow
   mode_ = Mode::hello;
   mode_start_ms_ = setup_start_ms_ = uv_now(srv_.loop());
   arm_timer();
@@ -655,8 +647,8 @@ void Connection::apply_hello(const admission::Decision& d) {
         log::info("{} CONNECT {}: the client sent a malformed TLS ClientHello; closing", log::ConnId{id_},
                   connect_dest_.authority());
         begin_row("CONNECT");
-        ex_.row.host = connect_dest_.key(443);
-        ex_.row.error = "protocol: malformed TLS ClientHello";
+        ex_.set_host(connect_dest_.key(443));
+        ex_.set_error("protocol: malformed TLS ClientHello");
         write_exchange_row();
       } else if (d.why == admission::Why::implicit_only_not_tls) {
         log::info("{} CONNECT {}: admitted only for HTTPS the proxy decrypts, and this is "
@@ -768,7 +760,8 @@ void Connection::forward_request(const HostPort& dest, policy::Kind kind, std::s
   out.target = target;
   std::string injected_target;
   if (token &&
-      ex_.cred.inject(srv_.policy().rules(), *token, target, out, injected_target, ex_.row))
+      ex_.cred.inject(srv_.policy().rules(), *token, target, out, injected_target,
+                      ex_.row_for_roles()))
     ++srv_.metrics().injected;
   std::string host_header = dest.key(policy::default_port(kind));
   out.host = host_header;
@@ -864,7 +857,7 @@ void Connection::on_origin_bytes(const ChunkRef& c, const char* p, size_t n) {
     if (*used > 0) {
       if (!ex_.cred.discarding()) {
         client_.write(c, p, *used);
-        ex_.row.bytes_down += *used;
+        ex_.add_down(*used);
       }
       p += *used;
       n -= *used;
@@ -894,7 +887,7 @@ void Connection::on_response_head(std::string_view head) {
     // Interim (100 Continue, 103 Early Hints): pass on, wait for the final one.
     http::build_response_head(out, resp_head_, false, false);
     client_.write(out);
-    ex_.row.bytes_down += out.size();
+    ex_.add_down(out.size());
     resp_parser_.next_message();
     resp_reader_.reset();
     return;
@@ -922,8 +915,7 @@ void Connection::on_response_head(std::string_view head) {
     case CredentialFlow::Verdict::hand_back:
     case CredentialFlow::Verdict::pass: break;
   }
-  ex_.row.status = status;
-  ex_.response_started = true;
+  ex_.response_head(status);
   ++srv_.metrics().responses_forwarded;
   if (status == 101) {
     if (!ex_.upgrade) {
@@ -932,12 +924,12 @@ void Connection::on_response_head(std::string_view head) {
     }
     http::build_response_head(out, resp_head_, false, /*upgrade=*/true);
     client_.write(out);
-    ex_.row.bytes_down += out.size();
+    ex_.add_down(out.size());
     ++srv_.metrics().upgrades;
     tunnel_.open(TunnelKind::upgrade);
     mode_ = Mode::tunnel;
     mode_start_ms_ = uv_now(srv_.loop());
-    tunnel_.set_start(ex_.row.ts_ms, ex_.start_ms);
+    tunnel_.set_start(ex_.row().ts_ms, ex_.start_ms());
     // Bytes the client sent after its request belong to the new protocol
     // (the client is not paused for them, as it never was).
     std::vector<Slice> pending;
@@ -955,15 +947,10 @@ void Connection::on_response_head(std::string_view head) {
   if (!ex_.client_keep_alive || srv_.draining() || body_until_eof ||
       (client_eof_ && stash_.empty()))
     ex_.close_after = true;
-  if (status >= 400 && !ex_.cred.injected()) {
-    // Not for a request that carried an injected credential: origins echo
-    // what they were sent, and the Network Log must never hold a token.
-    auto enc = resp_head_.get("content-encoding");
-    ex_.capture_body = !enc || iequals(*enc, "identity");
-  }
+  ex_.decide_capture(status, resp_head_.get("content-encoding"));
   http::build_response_head(out, resp_head_, ex_.close_after, false);
   client_.write(out);
-  ex_.row.bytes_down += out.size();
+  ex_.add_down(out.size());
   if (resp_parser_.message_complete()) {
     on_response_complete();
   } else {
@@ -976,13 +963,12 @@ void Connection::on_response_complete() {
     resp_ = Resp::none;
     resp_parser_.next_message();
     resp_reader_.reset();
-    ex_.row.error_body.clear();
+    ex_.discard_captured();
     if (!ex_.origin_reuse) retire_origin();
     replay_after_401();
     return;
   }
-  if (!ex_.row.error_body.empty())
-    ex_.row.error_body = netlog::collapse_whitespace(ex_.row.error_body, netlog::kMaxErrorBody);
+  ex_.response_complete();
   write_exchange_row();
   resp_ = Resp::none;
   resp_parser_.next_message();
@@ -994,7 +980,7 @@ void Connection::on_response_complete() {
     ex_.close_after = true;
   }
   bool close_after = ex_.close_after || (client_eof_ && stash_.empty());
-  ex_ = Exchange{};
+  ex_.reset();
   if (close_after) {
     linger();
     return;
@@ -1120,7 +1106,7 @@ void Connection::origin_failed(Errc kind, const std::string& detail,
   std::string reason =
       netlog::error_text(row_kind.value_or(netlog::error_kind_of(kind)), detail);
   std::string dest = origin_dest_.authority();
-  if (mode_ == Mode::http && !ex_.active && !eager_dial_) {
+  if (mode_ == Mode::http && !ex_.active() && !eager_dial_) {
     // An idle kept-alive origin went away between requests with a reset
     // rather than a FIN: no request failed. It is retired; the next request
     // dials again.
@@ -1133,12 +1119,12 @@ void Connection::origin_failed(Errc kind, const std::string& detail,
                dest, reason);
   retire_origin();
   if (mode_ == Mode::tunnel) {
-    ex_.row.error = reason;
+    ex_.set_error(reason);
     tunnel_.end_with(reason);
     close("the tunnel's origin failed");
     return;
   }
-  if (mode_ == Mode::handshake || (mode_ == Mode::http && !ex_.active)) {
+  if (mode_ == Mode::handshake || (mode_ == Mode::http && !ex_.active())) {
     // The eager dial of a decrypted tunnel failed before any request (an
     // idle origin is retired above): the first request is answered with this
     // failure; later ones dial again.
@@ -1146,19 +1132,19 @@ void Connection::origin_failed(Errc kind, const std::string& detail,
     early_failure_kind_ = kind;
     return;
   }
-  if (ex_.active && !ex_.response_started) {
+  if (ex_.active() && !ex_.response_started) {
     fail_exchange(kind, reason, dest);
     return;
   }
-  if (ex_.active) {
-    ex_.row.error = reason;
+  if (ex_.active()) {
+    ex_.set_error(reason);
     write_exchange_row();
   }
   close("origin failed mid-response");
 }
 
 void Connection::fail_exchange(Errc kind, const std::string& reason, const std::string& dest) {
-  ex_.row.error = reason;
+  ex_.set_error(reason);
   // Out of descriptors (the dialer's out_of_files) is the proxy's own failure: 503, the
   // request may be retried.
   answers::Reply r = kind == Errc::timeout ? answers::upstream_timeout(dest, reason)
@@ -1183,12 +1169,10 @@ void Connection::answer(answers::Reply reply, bool close_after) {
   std::string out;
   http::build_answer(out, a);
   client_.write(out);
-  ex_.row.status = status;
-  ex_.row.bytes_down += out.size();
-  if (status >= 400) ex_.row.error_body = netlog::collapse_whitespace(a.body, netlog::kMaxErrorBody);
+  ex_.answered(status, out.size(), a.body);
   write_exchange_row();
   bool close = a.close;
-  ex_ = Exchange{};
+  ex_.reset();
   resp_ = Resp::none;
   if (close || mode_ != Mode::http) {
     linger();
@@ -1205,14 +1189,14 @@ void Connection::answer(answers::Reply reply, bool close_after) {
 void Connection::answer_parse_error(const http::ParseError& e) {
   if (e.status == 431 || e.status == 400 || e.status == 501 || e.status == 505)
     ++srv_.metrics().bad_requests;
-  ex_.row.error = "client: " + e.reason;
+  ex_.set_error("client: " + e.reason);
   answer(answers::bad_head(e.status, e.reason), /*close_after=*/true);
 }
 
 void Connection::refuse(const std::string& key, bool close_after) {
   ++srv_.metrics().refused_allowlist;
-  ex_.row.blocked = true;
-  log::info("{} refused {} {}: not on the allowlist", log::ConnId{id_}, ex_.row.method, key);
+  ex_.set_blocked();
+  log::info("{} refused {} {}: not on the allowlist", log::ConnId{id_}, ex_.row().method, key);
   // Refused at CONNECT time: no dial, no TLS. A plain request with a body
   // left unread closes the connection (admission's close_after says which).
   answer(answers::allowlist(key), close_after);
@@ -1227,46 +1211,39 @@ void Connection::log_would_block(const std::string& key, std::string_view method
   row.ts_ms = wall_ms();
   row.method = std::string(method);
   row.host = key;
-  row.path = ex_.row.path;
-  row.ua = ex_.row.ua;
+  row.path = ex_.row().path;
+  row.ua = ex_.row().ua;
   row.would_block = true;
-  fill_row(row);
+  conn_fields().fill(row);
   srv_.netlog().append(row);
 }
 
-void Connection::fill_row(netlog::Row& row) {
-  row.conn = id_;
-  row.peer = peer_;
-  if (build_marker_) row.build = true;
-  if (row.tls.empty()) row.tls = in_connect_ ? tls_mode_ : "plain";
-  if (!sni_.empty()) row.sni = sni_;
-  row.attribution = attribution_;
-  if (attribution_ == netlog::Attribution::attributed) {
-    row.src = st_src_;
-    row.net = st_net_;
-    row.who = st_who_;
-    row.seq = st_seq_;
-    row.boot = st_boot_;
-  }
+ConnFields Connection::conn_fields() const {
+  ConnFields f;
+  f.conn = id_;
+  f.peer = peer_;
+  f.build_marker = build_marker_;
+  f.in_connect = in_connect_;
+  f.tls_mode = tls_mode_;
+  f.sni = sni_;
+  f.attribution = attribution_;
+  f.src = st_src_;
+  f.net = st_net_;
+  f.who = st_who_;
+  f.seq = st_seq_;
+  f.boot = st_boot_;
+  return f;
 }
 
 void Connection::write_exchange_row() {
-  if (!ex_.active) return;
-  ex_.active = false;
-  netlog::Row& row = ex_.row;
-  if (row.ts_ms == 0) row.ts_ms = wall_ms();
-  row.duration_ms = static_cast<int64_t>(uv_now(srv_.loop()) - ex_.start_ms);
-  if (row.tls.empty() && !in_connect_ && ex_.kind == policy::Kind::https) row.tls = "decrypted";
-  if (row.blocked) row.tls = "";
-  fill_row(row);
-  if (row.blocked) row.tls.clear();
-  srv_.netlog().append(row);
+  if (const netlog::Row* row = ex_.finish(conn_fields(), wall_ms(), uv_now(srv_.loop())))
+    srv_.netlog().append(*row);
 }
 
 void Connection::write_tunnel_row() {
   netlog::Row row =
-      tunnel_.row(uv_now(srv_.loop()), dialer_.last_error(), ex_.row, connect_dest_.key(443));
-  fill_row(row);
+      tunnel_.row(uv_now(srv_.loop()), dialer_.last_error(), ex_.row(), connect_dest_.key(443));
+  conn_fields().fill(row);
   srv_.netlog().append(row);
 }
 
@@ -1363,7 +1340,7 @@ ConnTimes Connection::times() const {
   ConnTimes t;
   t.mode = mode_;
   t.deferred = !deferred_failure_.empty() || replay_pending_;
-  t.exchange = ex_.active;
+  t.exchange = ex_.active();
   t.waiting_credential = cred_wait_.waiting();
   t.dial_start = dialer_.dial_started();
   t.attempt_start = dialer_.attempt_started();
@@ -1428,8 +1405,8 @@ void Connection::setup_timed_out(Phase phase) {
     tunnel_.end_with(error);  // close() writes the tunnel's row with it
   } else {
     begin_row("CONNECT");
-    ex_.row.host = connect_dest_.key(443);
-    ex_.row.error = error;
+    ex_.set_host(connect_dest_.key(443));
+    ex_.set_error(error);
     write_exchange_row();
   }
   close(std::string("timed out: ") + phase_name(phase));
@@ -1470,7 +1447,7 @@ void Connection::handle_timer() {
         replay_blocked_ = true;  // on_drain(client) replays when it has room
       } else if (mode_ == Mode::http && req_ == Req::head) {
         replay_stash();
-        if (!closing_ && client_eof_ && !ex_.active && req_ == Req::head && stash_.empty() &&
+        if (!closing_ && client_eof_ && !ex_.active() && req_ == Req::head && stash_.empty() &&
             !replay_pending_) {
           close("client closed");  // what it sent is answered
           return;
@@ -1493,7 +1470,7 @@ void Connection::handle_timer() {
         origin_failed(Errc::timeout,
                       fmt::format("no response within {} s", lim.io_timeout_ms / 1000));
       } else {
-        ex_.row.error = "timeout: the response stalled";
+        ex_.set_error("timeout: the response stalled");
         write_exchange_row();
         close("exchange stalled");
       }
@@ -1502,7 +1479,7 @@ void Connection::handle_timer() {
       ++srv_.metrics().head_timeouts;
       begin_row("");
       bind_first_head(std::string_view(), nullptr);
-      ex_.row.error = "client: the request head did not arrive in time";
+      ex_.set_error("client: the request head did not arrive in time");
       answer(answers::head_timeout(lim.head_timeout_ms / 1000), true);
       return;
     case Phase::idle: close("idle"); return;
@@ -1534,7 +1511,7 @@ void Connection::rejudge(int64_t now_ms) {
   o.inside = in_connect_ ? &inside : nullptr;
   o.tunnel = mode_ == Mode::tunnel;
   o.passthrough = tunnel_.kind() == TunnelKind::passthrough;
-  o.exchange = ex_.active;
+  o.exchange = ex_.active();
   o.exchange_dest = ex_.dest;
   o.exchange_kind = ex_.kind;
   o.origin = origin_out() ? &origin_dest_ : nullptr;
@@ -1550,8 +1527,8 @@ void Connection::rejudge(int64_t now_ms) {
   ++srv_.metrics().connections_closed_by_policy;
   log::info("{} closed: {} ({})", log::ConnId{id_}, why,
             in_connect_ ? connect_dest_.authority() : ex_.dest.authority());
-  if (ex_.active && mode_ == Mode::http) {
-    ex_.row.error = std::string("closed: ") + why;
+  if (ex_.active() && mode_ == Mode::http) {
+    ex_.set_error(std::string("closed: ") + why);
     write_exchange_row();
   }
   if (mode_ == Mode::tunnel) tunnel_.end_with(std::string("closed: ") + why);
@@ -1560,7 +1537,7 @@ void Connection::rejudge(int64_t now_ms) {
 
 void Connection::drain() {
   if (closing_) return;
-  if (mode_ == Mode::http && !ex_.active && req_ == Req::head && !req_reader_.started() &&
+  if (mode_ == Mode::http && !ex_.active() && req_ == Req::head && !req_reader_.started() &&
       head_start_ms_ == 0) {
     close("draining");
     return;
@@ -1574,7 +1551,7 @@ void Connection::close(std::string_view why) {
   log::debug("{} closing: {}", log::ConnId{id_}, why);
   if (mode_ == Mode::tunnel) write_tunnel_row();
   srv_.unlink(this);
-  if (origin_out()) retire_origin(/*reusable=*/!ex_.active);
+  if (origin_out()) retire_origin(/*reusable=*/!ex_.active());
   dialer_.cancel();  // a lookup or a dial that failed at once holds no Stream
   cred_wait_.cancel(srv_.credentials());
   stash_.clear();

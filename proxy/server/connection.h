@@ -14,7 +14,7 @@
 //
 // Decisions: whether a request, a CONNECT or a tunnel may go on, and how, is
 // admission's (proxy/policy/admission.h, pure); this class gathers the facts,
-// applies the Decision and records it (metrics, log lines, Network Log rows).
+// applies the Decision and records it (metrics, log lines, the rows' fields).
 // The texts it answers with are the answers catalogue's (proxy/http/answers.h).
 //
 // The origin side up to a connected Stream (pool lookup, DNS, the address
@@ -33,6 +33,12 @@
 // token from the store is CredentialWait's (credential_flow.h): this class
 // asks admission again when a mint ends, answers, counts, pauses the client
 // while a token is awaited and cancels the wait when it answers or closes.
+//
+// The exchange in flight (one request: its facts, its response's progress
+// and its one Network Log row, begun once and finished once) is the
+// Exchange's (exchange.h): this class records into it what happened and
+// appends the row it finishes, with this connection's ConnFields (peer,
+// attribution, the stamp's fields).
 //
 // Ownership: the Server allocates a Connection per accepted socket. The
 // Connection owns its client Stream, timer and dialer by value and its origin
@@ -60,6 +66,7 @@
 #include "proxy/policy/pattern.h"
 #include "proxy/server/credential_flow.h"
 #include "proxy/server/deadline.h"
+#include "proxy/server/exchange.h"
 #include "proxy/server/origin_dialer.h"
 #include "proxy/server/tunnel.h"
 
@@ -182,8 +189,11 @@ class Connection final : public StreamHandler, private DialOwner {
   void answer_parse_error(const http::ParseError& e);
   void refuse(const std::string& key, bool close_after);
   void log_would_block(const std::string& key, std::string_view method);
+  // This connection's fields of its rows (exchange.h).
+  ConnFields conn_fields() const;
+  // Begins the exchange's row (ex_.begin) at this moment.
   void begin_row(std::string_view method);
-  void fill_row(netlog::Row& row);
+  // Appends the exchange's finished row (ex_.finish), when one is begun.
   void write_exchange_row();
   // The tunnel's row (tunnel_.row()), with this connection's fields.
   void write_tunnel_row();
@@ -294,28 +304,8 @@ class Connection final : public StreamHandler, private DialOwner {
   http::Parser resp_parser_;
   http::Head resp_head_;
 
-  // The exchange in flight.
-  struct Exchange {
-    bool active = false;
-    netlog::Row row;
-    uint64_t start_ms = 0;
-    llhttp_method_t method = HTTP_GET;
-    bool upgrade = false;
-    bool client_keep_alive = true;
-    bool response_started = false;
-    bool close_after = false;
-    bool origin_reuse = true;
-    bool capture_body = false;
-    bool reused_origin = false;  // sent on a kept-alive origin connection
-    bool retried = false;
-    bool body_sent = false;      // some request body bytes went upstream
-    std::string sent_head;       // kept until the response head, for one retry
-    HostPort dest;
-    policy::Kind kind = policy::Kind::cleartext;
-    std::string target;  // origin-form, as the client sent it
-    // Injection, the kept body and the 401 replay (credential_flow.h).
-    CredentialFlow cred;
-  } ex_;
+  // The exchange in flight and its row (exchange.h).
+  Exchange ex_;
 };
 
 }  // namespace fy::proxy
