@@ -7,7 +7,6 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "core/loop.h"
-#include "core/stamp.h"
 #include "core/text.h"
 #include "core/json.h"
 #include "proxy/http/answers.h"
@@ -16,6 +15,7 @@
 #include "proxy/inject/build_tokens.h"
 #include "proxy/policy/admission.h"
 #include "proxy/policy/stamp_binding.h"
+#include "proxy/server/client_http1.h"
 #include "proxy/server/origin_pool.h"
 #include "proxy/server/server.h"
 #include "proxy/tls/client_hello.h"
@@ -23,8 +23,6 @@
 namespace fy::proxy {
 
 namespace {
-
-constexpr size_t kMaxStash = 64 * 1024;
 
 bool looks_like_http(std::string_view s) {
   // An upper-case token followed by a space: "GET ", "POST ".
@@ -43,14 +41,11 @@ Connection::Connection(Server& srv, uint64_t id)
       id_(id),
       client_(srv.loop(), this),
       dialer_(srv.loop(), &srv.origin_pool(), *this, *this),
-      req_reader_(req_limits()),
-      req_parser_(HTTP_REQUEST, req_limits()),
+      codec_(std::make_unique<Http1ClientCodec>(req_limits())),
       resp_reader_(resp_limits()),
       resp_parser_(HTTP_RESPONSE, resp_limits()) {
   uv_timer_init(srv.loop(), &timer_);
   timer_.data = this;
-  // A stamp field in a trailer would go on with the body bytes, unstripped.
-  req_parser_.refuse_trailer = [](std::string_view name) { return stamp::is_stamp_header(name); };
   resp_parser_.on_body = [this](std::string_view b) { ex_.body_bytes(b); };
 }
 
@@ -104,14 +99,16 @@ void Connection::on_eof(Stream& s) {
         // flight and every pipelined request already received are served;
         // the connection closes when nothing is left (on_response_complete).
         bool request_whole =
-            req_ == Req::done || (req_ == Req::wait && req_parser_.message_complete());
+            req_ == Req::done || (req_ == Req::wait && codec_->request_complete());
         if (ex_.active() && !request_whole && !ex_.response_started) {
           ex_.set_error("closed: the client closed the connection mid-request");
           write_exchange_row();
           close("client closed mid-request");
           return;
         }
-        if (ex_.active() || !stash_.empty() || replay_pending_ || replay_blocked_) return;
+        if (ex_.active() || codec_->pipelined() || codec_->replay_pending() ||
+            codec_->replay_blocked())
+          return;
         close("client closed");
         return;
       }
@@ -190,11 +187,7 @@ void Connection::on_dialed(Stream& s) {
 void Connection::on_drain(Stream& s) {
   if (&s == &client_) {
     resume_origin(kPeerFull);
-    if (replay_blocked_) {
-      replay_blocked_ = false;
-      replay_pending_ = true;
-      arm_timer();
-    }
+    if (codec_->client_drained()) arm_timer();
   } else {
     resume_client(kPeerFull);
   }
@@ -235,7 +228,7 @@ void Connection::process_client(const ChunkRef& c, const char* p, size_t n) {
     if (req_ == Req::done || req_ == Req::wait) {
       // Pipelined bytes wait until the response is complete; a body waits
       // until its head (held for a credential) has gone out.
-      stash(c, p, n);
+      if (codec_->stash(c, p, n)) pause_client(kStashFull);
       return;
     }
     if (req_ == Req::head) {
@@ -243,45 +236,42 @@ void Connection::process_client(const ChunkRef& c, const char* p, size_t n) {
         head_start_ms_ = uv_now(srv_.loop());
         arm_timer();
       }
-      size_t used = 0;
-      http::ParseError err;
-      std::string_view head;  // in place (`c` holds it for this call) or in the reader
-      auto st = req_reader_.feed(std::string_view(p, n), &used, &head, &err);
-      if (st == http::HeadScanner::Status::error) {
+      // The head is in place (`c` holds it for this call) or in the codec.
+      ClientCodec::HeadRead r = codec_->read_head(std::string_view(p, n));
+      if (r.status == ClientCodec::HeadRead::Status::error) {
         begin_row("");
         bind_first_head(std::string_view(), nullptr);
-        answer_parse_error(err);
+        answer_parse_error(r.error);
         return;
       }
-      if (st == http::HeadScanner::Status::need_more) return;
-      p += used;
-      n -= used;
+      if (r.status == ClientCodec::HeadRead::Status::need_more) return;
+      p += r.used;
+      n -= r.used;
       head_start_ms_ = 0;
-      on_request_head(head);
+      on_request_head(r.head);
       continue;
     }
     // Req::body
-    http::ParseError err;
-    auto used = req_parser_.parse_body(p, n, &err);
-    if (!used) {
-      ex_.set_error("protocol: " + err.reason);
+    ClientCodec::BodyRead b = codec_->read_body(p, n);
+    if (!b.ok) {
+      ex_.set_error("protocol: " + b.error.reason);
       if (!ex_.response_started) {
-        answer_parse_error(err);
+        answer_parse_error(b.error);
       } else {
         write_exchange_row();
         close("malformed request body");
       }
       return;
     }
-    if (*used > 0) {
-      ex_.add_up(*used);
+    if (b.used > 0) {
+      ex_.add_up(b.used);
       ex_.body_sent = true;
-      if (Stream* o = origin_out()) o->write(c, p, *used);
-      if (ex_.cred.keeps_body()) ex_.cred.keep_body(srv_.kept_body_bytes(), p, *used);
-      p += *used;
-      n -= *used;
+      if (Stream* o = origin_out()) o->write(c, p, b.used);
+      if (ex_.cred.keeps_body()) ex_.cred.keep_body(srv_.kept_body_bytes(), p, b.used);
+      p += b.used;
+      n -= b.used;
     }
-    if (req_parser_.message_complete()) on_request_complete();
+    if (codec_->request_complete()) on_request_complete();
     if (Stream* o = origin_out(); o && o->above_high()) pause_client(kPeerFull);
   }
   // A CONNECT (or a lingering answer) changed the mode mid-read: the rest of
@@ -289,29 +279,16 @@ void Connection::process_client(const ChunkRef& c, const char* p, size_t n) {
   if (n > 0 && !closing_ && mode_ != Mode::http) on_client_bytes(c, p, n);
 }
 
-void Connection::stash(const ChunkRef& c, const char* p, size_t n) {
-  Slice s;
-  s.chunk = c;
-  s.off = static_cast<uint32_t>(p - c->data());
-  s.len = static_cast<uint32_t>(n);
-  stash_.push_back(std::move(s));
-  stash_bytes_ += n;
-  if (stash_bytes_ > kMaxStash) pause_client(kStashFull);
-}
-
 void Connection::replay_stash() {
-  std::vector<Slice> pending;
-  pending.swap(stash_);
-  stash_bytes_ = 0;
+  std::vector<Slice> pending = codec_->take_stash();
   resume_client(kStashFull);
   for (size_t i = 0; i < pending.size(); ++i) {
     if (closing_ || mode_ != Mode::http || req_ == Req::done || req_ == Req::wait) {
       // Not consumed yet: keep the rest for later, in order.
-      for (size_t j = i; j < pending.size(); ++j) {
-        stash_bytes_ += pending[j].len;
-        stash_.push_back(std::move(pending[j]));
-      }
-      if (stash_bytes_ > kMaxStash) pause_client(kStashFull);
+      bool over = false;
+      for (size_t j = i; j < pending.size(); ++j)
+        over = codec_->stash(pending[j].chunk, pending[j].data(), pending[j].len);
+      if (over) pause_client(kStashFull);
       return;
     }
     Slice& s = pending[i];
@@ -324,21 +301,21 @@ void Connection::begin_row(std::string_view method) {
 }
 
 void Connection::on_request_head(std::string_view head) {
-  head_view_ = head;
   http::ParseError err;
   ++srv_.metrics().requests;
-  bool parsed = req_parser_.parse_head(head, &req_head_, &err);
-  begin_row(parsed ? req_head_.method : std::string_view());
+  ClientCodec::Parsed parsed = codec_->parse_head(head, &err);
+  const http::Head& req_head = codec_->head();
+  bool readable = parsed != ClientCodec::Parsed::unparsed;
+  begin_row(readable ? req_head.method : std::string_view());
   ex_.add_up(head.size());
   // Before anything can refuse the head: a refusal's row names who asked.
-  bind_first_head(head, parsed ? &req_head_ : nullptr);
-  if (!parsed || !http::check_request_framing(req_head_, &err)) {
+  bind_first_head(head, readable ? &req_head : nullptr);
+  if (parsed != ClientCodec::Parsed::ok) {
     answer_parse_error(err);
     return;
   }
-  if (auto ua = req_head_.get("user-agent")) ex_.set_ua(std::string(*ua));
-  ex_.upgrade = req_head_.upgrade && req_head_.method_id != HTTP_CONNECT;
-  ex_.client_keep_alive = req_head_.keep_alive;
+  if (auto ua = req_head.get("user-agent")) ex_.set_ua(std::string(*ua));
+  ex_.upgrade = req_head.upgrade && req_head.method_id != HTTP_CONNECT;
   // The build claim is read unless the principal is refused outright (a
   // refused connection's claim is not counted).
   admission::Principal who = principal();
@@ -348,12 +325,12 @@ void Connection::on_request_head(std::string_view head) {
   r.principal = who;
   r.build = build_proof();
   r.inside = in_connect_ ? &inside : nullptr;
-  r.method = req_head_.method;
-  r.target = req_head_.target;
-  r.host = req_head_.get("host");
-  r.http_minor = req_head_.http_minor;
-  r.headers = req_head_.headers;
-  r.message_complete = req_parser_.message_complete();
+  r.method = req_head.method;
+  r.target = req_head.target;
+  r.host = req_head.get("host");
+  r.http_minor = req_head.http_minor;
+  r.headers = req_head.headers;
+  r.message_complete = codec_->request_complete();
   r.now_ms = wall_ms();
   apply_request(admission::decide_request(r, srv_.policy()));
 }
@@ -386,7 +363,7 @@ void Connection::apply_request(const admission::Decision& d) {
     case Action::challenge: answer_proxy_auth(ex_.row().host, d.close_after); return;
     case Action::establish: establish(d); return;
     case Action::forward:
-      if (d.would_block) log_would_block(ex_.row().host, req_head_.method);
+      if (d.would_block) log_would_block(ex_.row().host, codec_->head().method);
       if (d.rule) {
         inject(*d.rule, ex_.dest, ex_.kind, ex_.target);
         return;
@@ -455,7 +432,7 @@ void Connection::apply_request(const admission::Decision& d) {
 void Connection::note_build_claim() {
   // Only the proxy's own hop carries Proxy-Authorization: a build proves
   // itself with fy-build:<secret>; the bare marker only asks for a tunnel.
-  auto pa = req_head_.get("proxy-authorization");
+  auto pa = codec_->head().get("proxy-authorization");
   if (!pa) return;
   proxy_auth_seen_ = true;
   inject::BuildClaim claim = inject::parse_proxy_authorization(*pa);
@@ -467,20 +444,12 @@ void Connection::note_build_claim() {
   }
 }
 
-void Connection::keep_head(std::string_view head) {
-  // The head's bytes may live in a read chunk that is reused after this
-  // callback: copy them and move the parsed views onto the copy.
-  if (head.data() == owned_head_.data()) return;
-  owned_head_.assign(head);
-  req_head_.rebase(head.data(), owned_head_.data());
-}
-
 void Connection::inject(const inject::Rule& rule, const HostPort& dest, policy::Kind kind,
                         std::string_view target) {
-  ex_.cred.begin(rule, req_head_.content_length, ex_.row_for_roles());
+  ex_.cred.begin(rule, codec_->head().content_length, ex_.row_for_roles());
   // The head outlives this read: a credential may be awaited, and a 401 may
   // make the request go out again.
-  keep_head(head_view_);
+  codec_->keep_head();
   auto l = srv_.credentials().lookup(rule);
   switch (l.state) {
     case inject::CredentialStore::State::ready:
@@ -518,7 +487,7 @@ void Connection::on_credential(const inject::MintOutcome& out) {
     ex_.cred.drop_rule(&ex_.row_for_roles());
     admission::Decision d =
         admission::decide_unruled(ex_.dest, ex_.kind, principal(), build_proof(),
-                                  req_parser_.message_complete(), wall_ms(), srv_.policy());
+                                  codec_->request_complete(), wall_ms(), srv_.policy());
     if (d.action != admission::Action::forward) {
       refuse(ex_.row().host, d.close_after);
       return;
@@ -526,7 +495,7 @@ void Connection::on_credential(const inject::MintOutcome& out) {
     forward_request(ex_.dest, ex_.kind, ex_.target);
   } else if (admission::Decision d = admission::decide_minted(
                  *rule, ex_.dest, ex_.target, principal(), build_proof(),
-                 req_parser_.message_complete(), srv_.policy());
+                 codec_->request_complete(), srv_.policy());
              d.action != admission::Action::forward) {
     // The scope changed during the mint and the credential is no longer for
     // who asked: answered as step 7 answers it, nothing injected.
@@ -543,7 +512,7 @@ void Connection::on_credential(const inject::MintOutcome& out) {
   } else {
     forward_request(ex_.dest, ex_.kind, ex_.target, &out.value);
   }
-  if (!closing_ && !stash_.empty() && req_ != Req::done) replay_stash();
+  if (!closing_ && codec_->pipelined() && req_ != Req::done) replay_stash();
 }
 
 void Connection::replay_after_401() {
@@ -566,7 +535,7 @@ void Connection::answer_mint_failure(const std::string& reason, bool after_401) 
   ++srv_.metrics().mint_failures;
   CredentialFlow::mint_failed(ex_.row_for_roles());
   answer(answers::mint_failed(ex_.dest.host, reason, after_401),
-         !req_parser_.message_complete() || req_ == Req::body);
+         !codec_->request_complete() || req_ == Req::body);
 }
 
 void Connection::answer_proxy_auth(const std::string& key, bool close_after) {
@@ -591,8 +560,7 @@ void Connection::answer_proxy_auth(const std::string& key, bool close_after) {
     linger();
     return;
   }
-  req_reader_.reset();
-  req_parser_.reset();
+  codec_->restart();
   req_ = Req::head;
   arm_timer();
 }
@@ -602,8 +570,7 @@ void Connection::establish(const admission::Decision& d) {
   implicit_only_ = d.implicit_only;
   in_connect_ = true;
   inner_kind_ = d.inner_kind;
-  req_parser_.reset();
-  req_reader_.reset();
+  codec_->restart();
   tunnel_.set_start(ex_.row().ts_ms, ex_.start_ms());
   client_.write("HTTP/1.1 200 Connection established\r\n\r\n");
   ex_.hand_over();  // the tunnel's own row (or its requests' rows) follow
@@ -755,8 +722,9 @@ void Connection::forward_request(const HostPort& dest, policy::Kind kind, std::s
   ex_.reused_origin = !origin_fresh_;
   origin_fresh_ = false;
 
+  http::Head& req_head = codec_->head();
   http::RequestOut out;
-  out.method = req_head_.method;
+  out.method = req_head.method;
   out.target = target;
   std::string injected_target;
   if (token &&
@@ -769,10 +737,10 @@ void Connection::forward_request(const HostPort& dest, policy::Kind kind, std::s
   if (ex_.cred.replayed()) {
     // The re-issue after a 401 carries its whole body at once: nothing to
     // wait for, and the client already had its 100 Continue.
-    std::erase_if(req_head_.headers, [](const http::Header& h) { return iequals(h.name, "expect"); });
+    std::erase_if(req_head.headers, [](const http::Header& h) { return iequals(h.name, "expect"); });
   }
   ex_.sent_head.clear();
-  http::build_request_head(ex_.sent_head, req_head_, out);
+  http::build_request_head(ex_.sent_head, req_head, out);
   for (auto& [name, value] : out.set) value.assign(value.size(), '\0');
   o->write(ex_.sent_head);
   if (ex_.cred.replayed() && !ex_.cred.kept_body().empty()) {
@@ -782,14 +750,14 @@ void Connection::forward_request(const HostPort& dest, policy::Kind kind, std::s
     ex_.body_sent = true;
     if (o->above_high()) pause_client(kPeerFull);
   }
-  resp_parser_.expect_response_to(req_head_.method_id);
+  resp_parser_.expect_response_to(req_head.method_id);
   resp_ = Resp::head;
   resp_reader_.reset();
-  req_reader_.reset();
-  // req_head_'s views die with the head bytes: nothing reads them after here.
+  codec_->head_forwarded();
+  // The head's views die with its bytes: nothing reads them after here.
   // An Upgrade request's body (if any) goes first; the switch happens only
   // on a 101, after which the stash carries the new protocol's bytes.
-  if (req_parser_.message_complete()) {
+  if (codec_->request_complete()) {
     on_request_complete();
   } else {
     req_ = Req::body;
@@ -932,9 +900,7 @@ void Connection::on_response_head(std::string_view head) {
     tunnel_.set_start(ex_.row().ts_ms, ex_.start_ms());
     // Bytes the client sent after its request belong to the new protocol
     // (the client is not paused for them, as it never was).
-    std::vector<Slice> pending;
-    pending.swap(stash_);
-    stash_bytes_ = 0;
+    std::vector<Slice> pending = codec_->take_stash();
     resume_client(kStashFull);
     for (Slice& s : pending) (void)tunnel_.from_client(origin_, false, s.chunk, s.data(), s.len);
     arm_timer();
@@ -944,8 +910,7 @@ void Connection::on_response_head(std::string_view head) {
     // Upgrade declined: the request is an ordinary one after all.
     ex_.upgrade = false;
   }
-  if (!ex_.client_keep_alive || srv_.draining() || body_until_eof ||
-      (client_eof_ && stash_.empty()))
+  if (!codec_->keeps_alive(client_eof_) || srv_.draining() || body_until_eof)
     ex_.close_after = true;
   ex_.decide_capture(status, resp_head_.get("content-encoding"));
   http::build_response_head(out, resp_head_, ex_.close_after, false);
@@ -979,14 +944,14 @@ void Connection::on_response_complete() {
     // that body cannot be told apart from a next request. End here.
     ex_.close_after = true;
   }
-  bool close_after = ex_.close_after || (client_eof_ && stash_.empty());
+  bool close_after = ex_.close_after || (client_eof_ && !codec_->pipelined());
   ex_.reset();
   if (close_after) {
     linger();
     return;
   }
   req_ = Req::head;
-  req_parser_.next_message();
+  codec_->next_request();
   if (srv_.draining()) {
     linger();
     return;
@@ -994,7 +959,7 @@ void Connection::on_response_complete() {
   // The next pipelined request waits for the next loop turn: this call may be
   // deep inside the origin's read callback, which must finish with the
   // origin it is reading (and see any bytes it sent past this response).
-  if (!stash_.empty()) replay_pending_ = true;
+  codec_->schedule_replay();
   arm_timer();
 }
 
@@ -1151,7 +1116,7 @@ void Connection::fail_exchange(Errc kind, const std::string& reason, const std::
                      : out_of_files_        ? answers::out_of_files(dest, reason)
                                             : answers::upstream_failed(dest, reason);
   out_of_files_ = false;
-  answer(std::move(r), req_ != Req::done || ex_.upgrade || !req_parser_.message_complete());
+  answer(std::move(r), req_ != Req::done || ex_.upgrade || !codec_->request_complete());
 }
 
 // ---------------------------------------------------------------------------
@@ -1164,8 +1129,7 @@ void Connection::answer(answers::Reply reply, bool close_after) {
   a.content_type = reply.content_type;
   int status = a.status;
   if (cred_wait_.cancel(srv_.credentials())) resume_client(kWaitCredential);
-  a.close = close_after || srv_.draining() || !ex_.client_keep_alive ||
-            (client_eof_ && stash_.empty());
+  a.close = close_after || srv_.draining() || !codec_->keeps_alive(client_eof_);
   std::string out;
   http::build_answer(out, a);
   client_.write(out);
@@ -1179,10 +1143,9 @@ void Connection::answer(answers::Reply reply, bool close_after) {
     return;
   }
   // Keep-alive after an answer: only when the request had no body left.
-  req_reader_.reset();
-  req_parser_.next_message();
+  codec_->next_request();
   req_ = Req::head;
-  if (!stash_.empty()) replay_pending_ = true;
+  codec_->schedule_replay();
   arm_timer();
 }
 
@@ -1339,7 +1302,7 @@ void Connection::touch() { last_io_ms_ = uv_now(srv_.loop()); }
 ConnTimes Connection::times() const {
   ConnTimes t;
   t.mode = mode_;
-  t.deferred = !deferred_failure_.empty() || replay_pending_;
+  t.deferred = !deferred_failure_.empty() || codec_->replay_pending();
   t.exchange = ex_.active();
   t.waiting_credential = cred_wait_.waiting();
   t.dial_start = dialer_.dial_started();
@@ -1442,13 +1405,12 @@ void Connection::handle_timer() {
         origin_failed(deferred_failure_kind_, detail);
         break;
       }
-      replay_pending_ = false;
-      if (client_.above_high()) {
-        replay_blocked_ = true;  // on_drain(client) replays when it has room
-      } else if (mode_ == Mode::http && req_ == Req::head) {
+      // A full client: on_drain(client) replays when it has room.
+      if (codec_->replay_turn(client_.above_high()) && mode_ == Mode::http &&
+          req_ == Req::head) {
         replay_stash();
-        if (!closing_ && client_eof_ && !ex_.active() && req_ == Req::head && stash_.empty() &&
-            !replay_pending_) {
+        if (!closing_ && client_eof_ && !ex_.active() && req_ == Req::head &&
+            !codec_->pipelined() && !codec_->replay_pending()) {
           close("client closed");  // what it sent is answered
           return;
         }
@@ -1537,7 +1499,7 @@ void Connection::rejudge(int64_t now_ms) {
 
 void Connection::drain() {
   if (closing_) return;
-  if (mode_ == Mode::http && !ex_.active() && req_ == Req::head && !req_reader_.started() &&
+  if (mode_ == Mode::http && !ex_.active() && req_ == Req::head && !codec_->head_started() &&
       head_start_ms_ == 0) {
     close("draining");
     return;
@@ -1554,7 +1516,7 @@ void Connection::close(std::string_view why) {
   if (origin_out()) retire_origin(/*reusable=*/!ex_.active());
   dialer_.cancel();  // a lookup or a dial that failed at once holds no Stream
   cred_wait_.cancel(srv_.credentials());
-  stash_.clear();
+  codec_->drop_stash();
   pending_closes_ = 2;
   client_.close();
   uv_timer_stop(&timer_);

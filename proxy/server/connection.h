@@ -40,6 +40,13 @@
 // appends the row it finishes, with this connection's ConnFields (peer,
 // attribution, the stamp's fields).
 //
+// The client's protocol (reading request heads and bodies, the pipelined
+// bytes and their replay's turns, keep-alive) is the ClientCodec's
+// (client_codec.h; HTTP/1 is client_http1.h), held through the interface:
+// this class keeps the request state (Req), feeds the codec the client's
+// bytes and applies what it returns (a head to judge, an error to answer, a
+// pause).
+//
 // Ownership: the Server allocates a Connection per accepted socket. The
 // Connection owns its client Stream, timer and dialer by value and its origin
 // Stream by pointer once connected (a retired origin closes and frees
@@ -49,6 +56,7 @@
 
 #include <uv.h>
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -64,6 +72,7 @@
 #include "proxy/netlog/row.h"
 #include "proxy/policy/admission.h"
 #include "proxy/policy/pattern.h"
+#include "proxy/server/client_codec.h"
 #include "proxy/server/credential_flow.h"
 #include "proxy/server/deadline.h"
 #include "proxy/server/exchange.h"
@@ -149,12 +158,10 @@ class Connection final : public StreamHandler, private DialOwner {
   void answer_mint_failure(const std::string& reason, bool after_401);
   void answer_proxy_auth(const std::string& key, bool close_after);
   void note_build_claim();
-  void keep_head(std::string_view head);
   // The 401 replaced (ex_.cred's Verdict::replace) is read: mint once more
   // (forced) and send the request again, head and kept body.
   void replay_after_401();
   void on_request_complete();
-  void stash(const ChunkRef& c, const char* p, size_t n);
   void replay_stash();
 
   // Origin side.
@@ -263,8 +270,6 @@ class Connection final : public StreamHandler, private DialOwner {
   bool build_marker_ = false;  // it presented the (public) build marker
   bool proxy_auth_seen_ = false;
   CredentialWait cred_wait_;   // a credential this connection waits for
-  std::string owned_head_;     // the head, kept across a credential wait or a 401 replay
-  std::string_view head_view_; // the head being handled (in a chunk or req_reader_)
   bool client_eof_ = false;
   bool origin_eof_ = false;
 
@@ -274,12 +279,9 @@ class Connection final : public StreamHandler, private DialOwner {
   std::string st_src_, st_net_, st_who_, st_boot_;
   uint64_t st_seq_ = 0;
 
-  // Request parsing.
-  http::HeadReader req_reader_;
-  http::Parser req_parser_;
-  http::Head req_head_;
-  std::vector<Slice> stash_;
-  size_t stash_bytes_ = 0;
+  // The client's protocol (client_codec.h): request heads and bodies, the
+  // pipelined bytes, keep-alive. HTTP/1 today (client_http1.h).
+  std::unique_ptr<ClientCodec> codec_;
 
   // The origin.
   HostPort origin_dest_;
@@ -295,8 +297,6 @@ class Connection final : public StreamHandler, private DialOwner {
   std::string early_failure_;  // the eager dial of a decrypted tunnel failed
   std::string deferred_failure_;  // a dial that failed at once, reported by the timer
   Errc deferred_failure_kind_ = Errc::connect;
-  bool replay_pending_ = false;  // the next pipelined request runs on the next turn
-  bool replay_blocked_ = false;  // ... once the client's queue has drained
   Errc early_failure_kind_ = Errc::connect;
 
   // Response parsing.

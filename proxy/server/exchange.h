@@ -122,7 +122,6 @@ class Exchange {
 
   // The exchange's facts, set by the connection as it judges and forwards.
   bool upgrade = false;
-  bool client_keep_alive = true;
   bool close_after = false;
   bool origin_reuse = true;
   bool reused_origin = false;  // sent on a kept-alive origin connection
