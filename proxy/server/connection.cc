@@ -7,7 +7,6 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "core/loop.h"
-#include "core/stamp.h"
 #include "core/text.h"
 #include "core/json.h"
 #include "proxy/http/answers.h"
@@ -16,6 +15,7 @@
 #include "proxy/inject/build_tokens.h"
 #include "proxy/policy/admission.h"
 #include "proxy/policy/stamp_binding.h"
+#include "proxy/server/client_http1.h"
 #include "proxy/server/origin_pool.h"
 #include "proxy/server/server.h"
 #include "proxy/tls/client_hello.h"
@@ -23,8 +23,6 @@
 namespace fy::proxy {
 
 namespace {
-
-constexpr size_t kMaxStash = 64 * 1024;
 
 bool looks_like_http(std::string_view s) {
   // An upper-case token followed by a space: "GET ", "POST ".
@@ -43,18 +41,12 @@ Connection::Connection(Server& srv, uint64_t id)
       id_(id),
       client_(srv.loop(), this),
       dialer_(srv.loop(), &srv.origin_pool(), *this, *this),
-      req_reader_(req_limits()),
-      req_parser_(HTTP_REQUEST, req_limits()),
+      codec_(std::make_unique<Http1ClientCodec>(req_limits())),
       resp_reader_(resp_limits()),
       resp_parser_(HTTP_RESPONSE, resp_limits()) {
   uv_timer_init(srv.loop(), &timer_);
   timer_.data = this;
-  // A stamp field in a trailer would go on with the body bytes, unstripped.
-  req_parser_.refuse_trailer = [](std::string_view name) { return stamp::is_stamp_header(name); };
-  resp_parser_.on_body = [this](std::string_view b) {
-    if (ex_.capture_body && ex_.row.error_body.size() < netlog::kMaxErrorBody)
-      ex_.row.error_body.append(b.substr(0, netlog::kMaxErrorBody - ex_.row.error_body.size()));
-  };
+  resp_parser_.on_body = [this](std::string_view b) { ex_.body_bytes(b); };
 }
 
 const http::Limits& Connection::req_limits() const { return srv_.http_limits(); }
@@ -107,14 +99,16 @@ void Connection::on_eof(Stream& s) {
         // flight and every pipelined request already received are served;
         // the connection closes when nothing is left (on_response_complete).
         bool request_whole =
-            req_ == Req::done || (req_ == Req::wait && req_parser_.message_complete());
-        if (ex_.active && !request_whole && !ex_.response_started) {
-          ex_.row.error = "closed: the client closed the connection mid-request";
+            req_ == Req::done || (req_ == Req::wait && codec_->request_complete());
+        if (ex_.active() && !request_whole && !ex_.response_started) {
+          ex_.set_error("closed: the client closed the connection mid-request");
           write_exchange_row();
           close("client closed mid-request");
           return;
         }
-        if (ex_.active || !stash_.empty() || replay_pending_ || replay_blocked_) return;
+        if (ex_.active() || codec_->pipelined() || codec_->replay_pending() ||
+            codec_->replay_blocked())
+          return;
         close("client closed");
         return;
       }
@@ -128,14 +122,14 @@ void Connection::on_eof(Stream& s) {
     finish_tunnel_if_done();
     return;
   }
-  if (ex_.active && resp_ == Resp::body && resp_parser_.body_until_eof()) {
+  if (ex_.active() && resp_ == Resp::body && resp_parser_.body_until_eof()) {
     resp_parser_.finish();
     ex_.origin_reuse = false;
     ex_.close_after = true;  // the client reads this body until the connection closes
     on_response_complete();
     return;
   }
-  if (ex_.active && (resp_ == Resp::head || resp_ == Resp::body)) {
+  if (ex_.active() && (resp_ == Resp::head || resp_ == Resp::body)) {
     if (resp_ == Resp::head && retry_on_fresh_origin()) return;
     origin_failed(Errc::closed, resp_ == Resp::head
                                     ? "the origin closed the connection before responding"
@@ -151,8 +145,9 @@ void Connection::on_error(Stream& s, Errc kind, const std::string& detail) {
       ++srv_.metrics().tls_client_handshake_failures;
       log::debug("{} TLS handshake with the client failed: {}", log::ConnId{id_}, detail);
     }
-    if (ex_.active && mode_ == Mode::http) {
-      ex_.row.error = std::string(netlog::kClientPrefix) + netlog::error_text(netlog::error_kind_of(kind), detail);
+    if (ex_.active() && mode_ == Mode::http) {
+      ex_.set_error(std::string(netlog::kClientPrefix) +
+                    netlog::error_text(netlog::error_kind_of(kind), detail));
       write_exchange_row();
     }
     close("client error");
@@ -192,11 +187,7 @@ void Connection::on_dialed(Stream& s) {
 void Connection::on_drain(Stream& s) {
   if (&s == &client_) {
     resume_origin(kPeerFull);
-    if (replay_blocked_) {
-      replay_blocked_ = false;
-      replay_pending_ = true;
-      arm_timer();
-    }
+    if (codec_->client_drained()) arm_timer();
   } else {
     resume_client(kPeerFull);
   }
@@ -237,7 +228,7 @@ void Connection::process_client(const ChunkRef& c, const char* p, size_t n) {
     if (req_ == Req::done || req_ == Req::wait) {
       // Pipelined bytes wait until the response is complete; a body waits
       // until its head (held for a credential) has gone out.
-      stash(c, p, n);
+      if (codec_->stash(c, p, n)) pause_client(kStashFull);
       return;
     }
     if (req_ == Req::head) {
@@ -245,46 +236,42 @@ void Connection::process_client(const ChunkRef& c, const char* p, size_t n) {
         head_start_ms_ = uv_now(srv_.loop());
         arm_timer();
       }
-      size_t used = 0;
-      http::ParseError err;
-      std::string_view head;  // in place (`c` holds it for this call) or in the reader
-      auto st = req_reader_.feed(std::string_view(p, n), &used, &head, &err);
-      if (st == http::HeadScanner::Status::error) {
+      // The head is in place (`c` holds it for this call) or in the codec.
+      ClientCodec::HeadRead r = codec_->read_head(std::string_view(p, n));
+      if (r.status == ClientCodec::HeadRead::Status::error) {
         begin_row("");
         bind_first_head(std::string_view(), nullptr);
-        answer_parse_error(err);
+        answer_parse_error(r.error);
         return;
       }
-      if (st == http::HeadScanner::Status::need_more) return;
-      p += used;
-      n -= used;
+      if (r.status == ClientCodec::HeadRead::Status::need_more) return;
+      p += r.used;
+      n -= r.used;
       head_start_ms_ = 0;
-      on_request_head(head);
+      on_request_head(r.head);
       continue;
     }
     // Req::body
-    http::ParseError err;
-    auto used = req_parser_.parse_body(p, n, &err);
-    if (!used) {
-      ex_.row.error = "protocol: " + err.reason;
+    ClientCodec::BodyRead b = codec_->read_body(p, n);
+    if (!b.ok) {
+      ex_.set_error("protocol: " + b.error.reason);
       if (!ex_.response_started) {
-        ex_.active = true;
-        answer_parse_error(err);
+        answer_parse_error(b.error);
       } else {
         write_exchange_row();
         close("malformed request body");
       }
       return;
     }
-    if (*used > 0) {
-      ex_.row.bytes_up += *used;
+    if (b.used > 0) {
+      ex_.add_up(b.used);
       ex_.body_sent = true;
-      if (Stream* o = origin_out()) o->write(c, p, *used);
-      if (ex_.cred.keeps_body()) ex_.cred.keep_body(srv_.kept_body_bytes(), p, *used);
-      p += *used;
-      n -= *used;
+      if (Stream* o = origin_out()) o->write(c, p, b.used);
+      if (ex_.cred.keeps_body()) ex_.cred.keep_body(srv_.kept_body_bytes(), p, b.used);
+      p += b.used;
+      n -= b.used;
     }
-    if (req_parser_.message_complete()) on_request_complete();
+    if (codec_->request_complete()) on_request_complete();
     if (Stream* o = origin_out(); o && o->above_high()) pause_client(kPeerFull);
   }
   // A CONNECT (or a lingering answer) changed the mode mid-read: the rest of
@@ -292,29 +279,16 @@ void Connection::process_client(const ChunkRef& c, const char* p, size_t n) {
   if (n > 0 && !closing_ && mode_ != Mode::http) on_client_bytes(c, p, n);
 }
 
-void Connection::stash(const ChunkRef& c, const char* p, size_t n) {
-  Slice s;
-  s.chunk = c;
-  s.off = static_cast<uint32_t>(p - c->data());
-  s.len = static_cast<uint32_t>(n);
-  stash_.push_back(std::move(s));
-  stash_bytes_ += n;
-  if (stash_bytes_ > kMaxStash) pause_client(kStashFull);
-}
-
 void Connection::replay_stash() {
-  std::vector<Slice> pending;
-  pending.swap(stash_);
-  stash_bytes_ = 0;
+  std::vector<Slice> pending = codec_->take_stash();
   resume_client(kStashFull);
   for (size_t i = 0; i < pending.size(); ++i) {
     if (closing_ || mode_ != Mode::http || req_ == Req::done || req_ == Req::wait) {
       // Not consumed yet: keep the rest for later, in order.
-      for (size_t j = i; j < pending.size(); ++j) {
-        stash_bytes_ += pending[j].len;
-        stash_.push_back(std::move(pending[j]));
-      }
-      if (stash_bytes_ > kMaxStash) pause_client(kStashFull);
+      bool over = false;
+      for (size_t j = i; j < pending.size(); ++j)
+        over = codec_->stash(pending[j].chunk, pending[j].data(), pending[j].len);
+      if (over) pause_client(kStashFull);
       return;
     }
     Slice& s = pending[i];
@@ -323,30 +297,25 @@ void Connection::replay_stash() {
 }
 
 void Connection::begin_row(std::string_view method) {
-  ex_ = Exchange{};
-  ex_.active = true;
-  ex_.start_ms = uv_now(srv_.loop());
-  ex_.row.ts_ms = wall_ms();
-  ex_.row.method = std::string(method);
+  ex_.begin(method, wall_ms(), uv_now(srv_.loop()));
 }
 
 void Connection::on_request_head(std::string_view head) {
-  head_view_ = head;
   http::ParseError err;
   ++srv_.metrics().requests;
-  bool parsed = req_parser_.parse_head(head, &req_head_, &err);
-  begin_row(parsed ? req_head_.method : std::string_view());
-  ex_.row.bytes_up = head.size();
+  ClientCodec::Parsed parsed = codec_->parse_head(head, &err);
+  const http::Head& req_head = codec_->head();
+  bool readable = parsed != ClientCodec::Parsed::unparsed;
+  begin_row(readable ? req_head.method : std::string_view());
+  ex_.add_up(head.size());
   // Before anything can refuse the head: a refusal's row names who asked.
-  bind_first_head(head, parsed ? &req_head_ : nullptr);
-  if (!parsed || !http::check_request_framing(req_head_, &err)) {
+  bind_first_head(head, readable ? &req_head : nullptr);
+  if (parsed != ClientCodec::Parsed::ok) {
     answer_parse_error(err);
     return;
   }
-  if (auto ua = req_head_.get("user-agent")) ex_.row.ua = std::string(*ua);
-  ex_.method = req_head_.method_id;
-  ex_.upgrade = req_head_.upgrade && req_head_.method_id != HTTP_CONNECT;
-  ex_.client_keep_alive = req_head_.keep_alive;
+  if (auto ua = req_head.get("user-agent")) ex_.set_ua(std::string(*ua));
+  ex_.upgrade = req_head.upgrade && req_head.method_id != HTTP_CONNECT;
   // The build claim is read unless the principal is refused outright (a
   // refused connection's claim is not counted).
   admission::Principal who = principal();
@@ -356,12 +325,12 @@ void Connection::on_request_head(std::string_view head) {
   r.principal = who;
   r.build = build_proof();
   r.inside = in_connect_ ? &inside : nullptr;
-  r.method = req_head_.method;
-  r.target = req_head_.target;
-  r.host = req_head_.get("host");
-  r.http_minor = req_head_.http_minor;
-  r.headers = req_head_.headers;
-  r.message_complete = req_parser_.message_complete();
+  r.method = req_head.method;
+  r.target = req_head.target;
+  r.host = req_head.get("host");
+  r.http_minor = req_head.http_minor;
+  r.headers = req_head.headers;
+  r.message_complete = codec_->request_complete();
   r.now_ms = wall_ms();
   apply_request(admission::decide_request(r, srv_.policy()));
 }
@@ -377,7 +346,7 @@ admission::BuildProof Connection::build_proof() const {
 void Connection::apply_request(const admission::Decision& d) {
   using admission::Action;
   using admission::Answer;
-  if (!d.key.empty()) ex_.row.host = d.key;
+  if (!d.key.empty()) ex_.set_host(d.key);
   if (d.has_dest) {
     ex_.dest = d.dest;
     ex_.kind = d.kind;
@@ -386,15 +355,15 @@ void Connection::apply_request(const admission::Decision& d) {
     if (d.kind == policy::Kind::connect) connect_dest_ = d.dest;
   }
   if (d.path) {
-    ex_.row.path = std::string(*d.path);
+    ex_.set_path(std::string(*d.path));
     ex_.target = std::string(*d.path);
   }
   switch (d.action) {
     case Action::answer: break;
-    case Action::challenge: answer_proxy_auth(ex_.row.host, d.close_after); return;
+    case Action::challenge: answer_proxy_auth(ex_.row().host, d.close_after); return;
     case Action::establish: establish(d); return;
     case Action::forward:
-      if (d.would_block) log_would_block(ex_.row.host, req_head_.method);
+      if (d.would_block) log_would_block(ex_.row().host, codec_->head().method);
       if (d.rule) {
         inject(*d.rule, ex_.dest, ex_.kind, ex_.target);
         return;
@@ -434,24 +403,24 @@ void Connection::apply_request(const admission::Decision& d) {
       return;
     case Answer::overlap:
       ++srv_.metrics().overlaps;
-      ex_.row.overlap = true;
+      ex_.set_overlap();
       answer(answers::overlap(d.overlap->message), d.close_after);
       return;
     case Answer::held:
       // The switch is off and this is its dummy: answer as the provider
       // would; nothing goes upstream.
       ++srv_.metrics().held;
-      ex_.row.held = d.held->axis;
+      ex_.set_held(d.held->axis);
       answer(answers::held(d.held->body), d.close_after);
       return;
-    case Answer::allowlist: refuse(ex_.row.host, d.close_after); return;
+    case Answer::allowlist: refuse(ex_.row().host, d.close_after); return;
     case Answer::scoped:
       // [scope]: the credential is not for who asked. Answered as the
       // provider would answer a missing credential; nothing goes upstream.
       ++srv_.metrics().scoped_out;
-      ex_.row.scoped = d.rule->id;
+      ex_.set_scoped(d.rule->id);
       log::info("{} answered {} {}{} 401: switch '{}' is not for {} ([scope])", log::ConnId{id_},
-                ex_.row.method, ex_.row.host, ex_.row.path, d.rule->id,
+                ex_.row().method, ex_.row().host, ex_.row().path, d.rule->id,
                 policy::asker_text(admission::asker_of(principal(), build_)));
       answer(answers::scoped(d.detail), d.close_after);
       return;
@@ -463,7 +432,7 @@ void Connection::apply_request(const admission::Decision& d) {
 void Connection::note_build_claim() {
   // Only the proxy's own hop carries Proxy-Authorization: a build proves
   // itself with fy-build:<secret>; the bare marker only asks for a tunnel.
-  auto pa = req_head_.get("proxy-authorization");
+  auto pa = codec_->head().get("proxy-authorization");
   if (!pa) return;
   proxy_auth_seen_ = true;
   inject::BuildClaim claim = inject::parse_proxy_authorization(*pa);
@@ -475,20 +444,12 @@ void Connection::note_build_claim() {
   }
 }
 
-void Connection::keep_head(std::string_view head) {
-  // The head's bytes may live in a read chunk that is reused after this
-  // callback: copy them and move the parsed views onto the copy.
-  if (head.data() == owned_head_.data()) return;
-  owned_head_.assign(head);
-  req_head_.rebase(head.data(), owned_head_.data());
-}
-
 void Connection::inject(const inject::Rule& rule, const HostPort& dest, policy::Kind kind,
                         std::string_view target) {
-  ex_.cred.begin(rule, req_head_.content_length, ex_.row);
+  ex_.cred.begin(rule, codec_->head().content_length, ex_.row_for_roles());
   // The head outlives this read: a credential may be awaited, and a 401 may
   // make the request go out again.
-  keep_head(head_view_);
+  codec_->keep_head();
   auto l = srv_.credentials().lookup(rule);
   switch (l.state) {
     case inject::CredentialStore::State::ready:
@@ -523,26 +484,26 @@ void Connection::on_credential(const inject::MintOutcome& out) {
   if (arrival == CredentialFlow::Arrival::rule_changed) {
     log::info("{} switch '{}' changed while its credential was minted: nothing is injected",
               log::ConnId{id_}, ex_.cred.rule_id());
-    ex_.cred.drop_rule(&ex_.row);
+    ex_.cred.drop_rule(&ex_.row_for_roles());
     admission::Decision d =
         admission::decide_unruled(ex_.dest, ex_.kind, principal(), build_proof(),
-                                  req_parser_.message_complete(), wall_ms(), srv_.policy());
+                                  codec_->request_complete(), wall_ms(), srv_.policy());
     if (d.action != admission::Action::forward) {
-      refuse(ex_.row.host, d.close_after);
+      refuse(ex_.row().host, d.close_after);
       return;
     }
     forward_request(ex_.dest, ex_.kind, ex_.target);
   } else if (admission::Decision d = admission::decide_minted(
                  *rule, ex_.dest, ex_.target, principal(), build_proof(),
-                 req_parser_.message_complete(), srv_.policy());
+                 codec_->request_complete(), srv_.policy());
              d.action != admission::Action::forward) {
     // The scope changed during the mint and the credential is no longer for
     // who asked: answered as step 7 answers it, nothing injected.
     log::info("{} switch '{}''s scope changed while its credential was minted: not injected",
               log::ConnId{id_}, ex_.cred.rule_id());
-    ex_.cred.drop_rule(&ex_.row);
+    ex_.cred.drop_rule(&ex_.row_for_roles());
     ++srv_.metrics().scoped_out;
-    ex_.row.scoped = rule->id;
+    ex_.set_scoped(rule->id);
     answer(answers::scoped(d.detail), d.close_after);
     return;
   } else if (!out.ok) {
@@ -551,7 +512,7 @@ void Connection::on_credential(const inject::MintOutcome& out) {
   } else {
     forward_request(ex_.dest, ex_.kind, ex_.target, &out.value);
   }
-  if (!closing_ && !stash_.empty() && req_ != Req::done) replay_stash();
+  if (!closing_ && codec_->pipelined() && req_ != Req::done) replay_stash();
 }
 
 void Connection::replay_after_401() {
@@ -559,7 +520,7 @@ void Connection::replay_after_401() {
   // send the request again (head and the kept body: replayable() held).
   ++srv_.metrics().replays;
   const inject::Rule* rule =
-      ex_.cred.start_replay(srv_.policy().rules(), srv_.credentials(), ex_.row);
+      ex_.cred.start_replay(srv_.policy().rules(), srv_.credentials(), ex_.row_for_roles());
   if (!rule) {
     forward_request(ex_.dest, ex_.kind, ex_.target);
     return;
@@ -572,9 +533,9 @@ void Connection::replay_after_401() {
 
 void Connection::answer_mint_failure(const std::string& reason, bool after_401) {
   ++srv_.metrics().mint_failures;
-  CredentialFlow::mint_failed(ex_.row);
+  CredentialFlow::mint_failed(ex_.row_for_roles());
   answer(answers::mint_failed(ex_.dest.host, reason, after_401),
-         !req_parser_.message_complete() || req_ == Req::body);
+         !codec_->request_complete() || req_ == Req::body);
 }
 
 void Connection::answer_proxy_auth(const std::string& key, bool close_after) {
@@ -587,34 +548,32 @@ void Connection::answer_proxy_auth(const std::string& key, bool close_after) {
   a.headers.emplace_back(answers::kBuildChallengeHeader, answers::kBuildChallengeValue);
   a.body = std::move(r.body);
   a.close = close_after;
-  ex_.row.blocked = true;
+  ex_.set_blocked();
   std::string out;
   http::build_answer(out, a);
   client_.write(out);
-  ex_.row.status = 407;
-  ex_.row.bytes_down += out.size();
+  ex_.set_status(407);
+  ex_.add_down(out.size());
   write_exchange_row();
-  ex_ = Exchange{};
+  ex_.reset();
   if (a.close) {
     linger();
     return;
   }
-  req_reader_.reset();
-  req_parser_.reset();
+  codec_->restart();
   req_ = Req::head;
   arm_timer();
 }
 
 void Connection::establish(const admission::Decision& d) {
-  if (d.would_block) log_would_block(ex_.row.host, "CONNECT");
+  if (d.would_block) log_would_block(ex_.row().host, "CONNECT");
   implicit_only_ = d.implicit_only;
   in_connect_ = true;
   inner_kind_ = d.inner_kind;
-  req_parser_.reset();
-  req_reader_.reset();
-  tunnel_.set_start(ex_.row.ts_ms, ex_.start_ms);
+  codec_->restart();
+  tunnel_.set_start(ex_.row().ts_ms, ex_.start_ms());
   client_.write("HTTP/1.1 200 Connection established\r\n\r\n");
-  ex_.active = false;  // the tunnel's own row (or its requests' rows) follow
+  ex_.hand_over();  // the tunnel's own row (or its requests' rows) follow
   mode_ = Mode::hello;
   mode_start_ms_ = setup_start_ms_ = uv_now(srv_.loop());
   arm_timer();
@@ -655,8 +614,8 @@ void Connection::apply_hello(const admission::Decision& d) {
         log::info("{} CONNECT {}: the client sent a malformed TLS ClientHello; closing", log::ConnId{id_},
                   connect_dest_.authority());
         begin_row("CONNECT");
-        ex_.row.host = connect_dest_.key(443);
-        ex_.row.error = "protocol: malformed TLS ClientHello";
+        ex_.set_host(connect_dest_.key(443));
+        ex_.set_error("protocol: malformed TLS ClientHello");
         write_exchange_row();
       } else if (d.why == admission::Why::implicit_only_not_tls) {
         log::info("{} CONNECT {}: admitted only for HTTPS the proxy decrypts, and this is "
@@ -763,12 +722,14 @@ void Connection::forward_request(const HostPort& dest, policy::Kind kind, std::s
   ex_.reused_origin = !origin_fresh_;
   origin_fresh_ = false;
 
+  http::Head& req_head = codec_->head();
   http::RequestOut out;
-  out.method = req_head_.method;
+  out.method = req_head.method;
   out.target = target;
   std::string injected_target;
   if (token &&
-      ex_.cred.inject(srv_.policy().rules(), *token, target, out, injected_target, ex_.row))
+      ex_.cred.inject(srv_.policy().rules(), *token, target, out, injected_target,
+                      ex_.row_for_roles()))
     ++srv_.metrics().injected;
   std::string host_header = dest.key(policy::default_port(kind));
   out.host = host_header;
@@ -776,10 +737,10 @@ void Connection::forward_request(const HostPort& dest, policy::Kind kind, std::s
   if (ex_.cred.replayed()) {
     // The re-issue after a 401 carries its whole body at once: nothing to
     // wait for, and the client already had its 100 Continue.
-    std::erase_if(req_head_.headers, [](const http::Header& h) { return iequals(h.name, "expect"); });
+    std::erase_if(req_head.headers, [](const http::Header& h) { return iequals(h.name, "expect"); });
   }
   ex_.sent_head.clear();
-  http::build_request_head(ex_.sent_head, req_head_, out);
+  http::build_request_head(ex_.sent_head, req_head, out);
   for (auto& [name, value] : out.set) value.assign(value.size(), '\0');
   o->write(ex_.sent_head);
   if (ex_.cred.replayed() && !ex_.cred.kept_body().empty()) {
@@ -789,14 +750,14 @@ void Connection::forward_request(const HostPort& dest, policy::Kind kind, std::s
     ex_.body_sent = true;
     if (o->above_high()) pause_client(kPeerFull);
   }
-  resp_parser_.expect_response_to(req_head_.method_id);
+  resp_parser_.expect_response_to(req_head.method_id);
   resp_ = Resp::head;
   resp_reader_.reset();
-  req_reader_.reset();
-  // req_head_'s views die with the head bytes: nothing reads them after here.
+  codec_->head_forwarded();
+  // The head's views die with its bytes: nothing reads them after here.
   // An Upgrade request's body (if any) goes first; the switch happens only
   // on a 101, after which the stash carries the new protocol's bytes.
-  if (req_parser_.message_complete()) {
+  if (codec_->request_complete()) {
     on_request_complete();
   } else {
     req_ = Req::body;
@@ -864,7 +825,7 @@ void Connection::on_origin_bytes(const ChunkRef& c, const char* p, size_t n) {
     if (*used > 0) {
       if (!ex_.cred.discarding()) {
         client_.write(c, p, *used);
-        ex_.row.bytes_down += *used;
+        ex_.add_down(*used);
       }
       p += *used;
       n -= *used;
@@ -894,7 +855,7 @@ void Connection::on_response_head(std::string_view head) {
     // Interim (100 Continue, 103 Early Hints): pass on, wait for the final one.
     http::build_response_head(out, resp_head_, false, false);
     client_.write(out);
-    ex_.row.bytes_down += out.size();
+    ex_.add_down(out.size());
     resp_parser_.next_message();
     resp_reader_.reset();
     return;
@@ -922,8 +883,7 @@ void Connection::on_response_head(std::string_view head) {
     case CredentialFlow::Verdict::hand_back:
     case CredentialFlow::Verdict::pass: break;
   }
-  ex_.row.status = status;
-  ex_.response_started = true;
+  ex_.response_head(status);
   ++srv_.metrics().responses_forwarded;
   if (status == 101) {
     if (!ex_.upgrade) {
@@ -932,17 +892,15 @@ void Connection::on_response_head(std::string_view head) {
     }
     http::build_response_head(out, resp_head_, false, /*upgrade=*/true);
     client_.write(out);
-    ex_.row.bytes_down += out.size();
+    ex_.add_down(out.size());
     ++srv_.metrics().upgrades;
     tunnel_.open(TunnelKind::upgrade);
     mode_ = Mode::tunnel;
     mode_start_ms_ = uv_now(srv_.loop());
-    tunnel_.set_start(ex_.row.ts_ms, ex_.start_ms);
+    tunnel_.set_start(ex_.row().ts_ms, ex_.start_ms());
     // Bytes the client sent after its request belong to the new protocol
     // (the client is not paused for them, as it never was).
-    std::vector<Slice> pending;
-    pending.swap(stash_);
-    stash_bytes_ = 0;
+    std::vector<Slice> pending = codec_->take_stash();
     resume_client(kStashFull);
     for (Slice& s : pending) (void)tunnel_.from_client(origin_, false, s.chunk, s.data(), s.len);
     arm_timer();
@@ -952,18 +910,12 @@ void Connection::on_response_head(std::string_view head) {
     // Upgrade declined: the request is an ordinary one after all.
     ex_.upgrade = false;
   }
-  if (!ex_.client_keep_alive || srv_.draining() || body_until_eof ||
-      (client_eof_ && stash_.empty()))
+  if (!codec_->keeps_alive(client_eof_) || srv_.draining() || body_until_eof)
     ex_.close_after = true;
-  if (status >= 400 && !ex_.cred.injected()) {
-    // Not for a request that carried an injected credential: origins echo
-    // what they were sent, and the Network Log must never hold a token.
-    auto enc = resp_head_.get("content-encoding");
-    ex_.capture_body = !enc || iequals(*enc, "identity");
-  }
+  ex_.decide_capture(status, resp_head_.get("content-encoding"));
   http::build_response_head(out, resp_head_, ex_.close_after, false);
   client_.write(out);
-  ex_.row.bytes_down += out.size();
+  ex_.add_down(out.size());
   if (resp_parser_.message_complete()) {
     on_response_complete();
   } else {
@@ -976,13 +928,12 @@ void Connection::on_response_complete() {
     resp_ = Resp::none;
     resp_parser_.next_message();
     resp_reader_.reset();
-    ex_.row.error_body.clear();
+    ex_.discard_captured();
     if (!ex_.origin_reuse) retire_origin();
     replay_after_401();
     return;
   }
-  if (!ex_.row.error_body.empty())
-    ex_.row.error_body = netlog::collapse_whitespace(ex_.row.error_body, netlog::kMaxErrorBody);
+  ex_.response_complete();
   write_exchange_row();
   resp_ = Resp::none;
   resp_parser_.next_message();
@@ -993,14 +944,14 @@ void Connection::on_response_complete() {
     // that body cannot be told apart from a next request. End here.
     ex_.close_after = true;
   }
-  bool close_after = ex_.close_after || (client_eof_ && stash_.empty());
-  ex_ = Exchange{};
+  bool close_after = ex_.close_after || (client_eof_ && !codec_->pipelined());
+  ex_.reset();
   if (close_after) {
     linger();
     return;
   }
   req_ = Req::head;
-  req_parser_.next_message();
+  codec_->next_request();
   if (srv_.draining()) {
     linger();
     return;
@@ -1008,7 +959,7 @@ void Connection::on_response_complete() {
   // The next pipelined request waits for the next loop turn: this call may be
   // deep inside the origin's read callback, which must finish with the
   // origin it is reading (and see any bytes it sent past this response).
-  if (!stash_.empty()) replay_pending_ = true;
+  codec_->schedule_replay();
   arm_timer();
 }
 
@@ -1120,7 +1071,7 @@ void Connection::origin_failed(Errc kind, const std::string& detail,
   std::string reason =
       netlog::error_text(row_kind.value_or(netlog::error_kind_of(kind)), detail);
   std::string dest = origin_dest_.authority();
-  if (mode_ == Mode::http && !ex_.active && !eager_dial_) {
+  if (mode_ == Mode::http && !ex_.active() && !eager_dial_) {
     // An idle kept-alive origin went away between requests with a reset
     // rather than a FIN: no request failed. It is retired; the next request
     // dials again.
@@ -1133,12 +1084,12 @@ void Connection::origin_failed(Errc kind, const std::string& detail,
                dest, reason);
   retire_origin();
   if (mode_ == Mode::tunnel) {
-    ex_.row.error = reason;
+    ex_.set_error(reason);
     tunnel_.end_with(reason);
     close("the tunnel's origin failed");
     return;
   }
-  if (mode_ == Mode::handshake || (mode_ == Mode::http && !ex_.active)) {
+  if (mode_ == Mode::handshake || (mode_ == Mode::http && !ex_.active())) {
     // The eager dial of a decrypted tunnel failed before any request (an
     // idle origin is retired above): the first request is answered with this
     // failure; later ones dial again.
@@ -1146,26 +1097,26 @@ void Connection::origin_failed(Errc kind, const std::string& detail,
     early_failure_kind_ = kind;
     return;
   }
-  if (ex_.active && !ex_.response_started) {
+  if (ex_.active() && !ex_.response_started) {
     fail_exchange(kind, reason, dest);
     return;
   }
-  if (ex_.active) {
-    ex_.row.error = reason;
+  if (ex_.active()) {
+    ex_.set_error(reason);
     write_exchange_row();
   }
   close("origin failed mid-response");
 }
 
 void Connection::fail_exchange(Errc kind, const std::string& reason, const std::string& dest) {
-  ex_.row.error = reason;
+  ex_.set_error(reason);
   // Out of descriptors (the dialer's out_of_files) is the proxy's own failure: 503, the
   // request may be retried.
   answers::Reply r = kind == Errc::timeout ? answers::upstream_timeout(dest, reason)
                      : out_of_files_        ? answers::out_of_files(dest, reason)
                                             : answers::upstream_failed(dest, reason);
   out_of_files_ = false;
-  answer(std::move(r), req_ != Req::done || ex_.upgrade || !req_parser_.message_complete());
+  answer(std::move(r), req_ != Req::done || ex_.upgrade || !codec_->request_complete());
 }
 
 // ---------------------------------------------------------------------------
@@ -1178,41 +1129,37 @@ void Connection::answer(answers::Reply reply, bool close_after) {
   a.content_type = reply.content_type;
   int status = a.status;
   if (cred_wait_.cancel(srv_.credentials())) resume_client(kWaitCredential);
-  a.close = close_after || srv_.draining() || !ex_.client_keep_alive ||
-            (client_eof_ && stash_.empty());
+  a.close = close_after || srv_.draining() || !codec_->keeps_alive(client_eof_);
   std::string out;
   http::build_answer(out, a);
   client_.write(out);
-  ex_.row.status = status;
-  ex_.row.bytes_down += out.size();
-  if (status >= 400) ex_.row.error_body = netlog::collapse_whitespace(a.body, netlog::kMaxErrorBody);
+  ex_.answered(status, out.size(), a.body);
   write_exchange_row();
   bool close = a.close;
-  ex_ = Exchange{};
+  ex_.reset();
   resp_ = Resp::none;
   if (close || mode_ != Mode::http) {
     linger();
     return;
   }
   // Keep-alive after an answer: only when the request had no body left.
-  req_reader_.reset();
-  req_parser_.next_message();
+  codec_->next_request();
   req_ = Req::head;
-  if (!stash_.empty()) replay_pending_ = true;
+  codec_->schedule_replay();
   arm_timer();
 }
 
 void Connection::answer_parse_error(const http::ParseError& e) {
   if (e.status == 431 || e.status == 400 || e.status == 501 || e.status == 505)
     ++srv_.metrics().bad_requests;
-  ex_.row.error = "client: " + e.reason;
+  ex_.set_error("client: " + e.reason);
   answer(answers::bad_head(e.status, e.reason), /*close_after=*/true);
 }
 
 void Connection::refuse(const std::string& key, bool close_after) {
   ++srv_.metrics().refused_allowlist;
-  ex_.row.blocked = true;
-  log::info("{} refused {} {}: not on the allowlist", log::ConnId{id_}, ex_.row.method, key);
+  ex_.set_blocked();
+  log::info("{} refused {} {}: not on the allowlist", log::ConnId{id_}, ex_.row().method, key);
   // Refused at CONNECT time: no dial, no TLS. A plain request with a body
   // left unread closes the connection (admission's close_after says which).
   answer(answers::allowlist(key), close_after);
@@ -1227,46 +1174,39 @@ void Connection::log_would_block(const std::string& key, std::string_view method
   row.ts_ms = wall_ms();
   row.method = std::string(method);
   row.host = key;
-  row.path = ex_.row.path;
-  row.ua = ex_.row.ua;
+  row.path = ex_.row().path;
+  row.ua = ex_.row().ua;
   row.would_block = true;
-  fill_row(row);
+  conn_fields().fill(row);
   srv_.netlog().append(row);
 }
 
-void Connection::fill_row(netlog::Row& row) {
-  row.conn = id_;
-  row.peer = peer_;
-  if (build_marker_) row.build = true;
-  if (row.tls.empty()) row.tls = in_connect_ ? tls_mode_ : "plain";
-  if (!sni_.empty()) row.sni = sni_;
-  row.attribution = attribution_;
-  if (attribution_ == netlog::Attribution::attributed) {
-    row.src = st_src_;
-    row.net = st_net_;
-    row.who = st_who_;
-    row.seq = st_seq_;
-    row.boot = st_boot_;
-  }
+ConnFields Connection::conn_fields() const {
+  ConnFields f;
+  f.conn = id_;
+  f.peer = peer_;
+  f.build_marker = build_marker_;
+  f.in_connect = in_connect_;
+  f.tls_mode = tls_mode_;
+  f.sni = sni_;
+  f.attribution = attribution_;
+  f.src = st_src_;
+  f.net = st_net_;
+  f.who = st_who_;
+  f.seq = st_seq_;
+  f.boot = st_boot_;
+  return f;
 }
 
 void Connection::write_exchange_row() {
-  if (!ex_.active) return;
-  ex_.active = false;
-  netlog::Row& row = ex_.row;
-  if (row.ts_ms == 0) row.ts_ms = wall_ms();
-  row.duration_ms = static_cast<int64_t>(uv_now(srv_.loop()) - ex_.start_ms);
-  if (row.tls.empty() && !in_connect_ && ex_.kind == policy::Kind::https) row.tls = "decrypted";
-  if (row.blocked) row.tls = "";
-  fill_row(row);
-  if (row.blocked) row.tls.clear();
-  srv_.netlog().append(row);
+  if (const netlog::Row* row = ex_.finish(conn_fields(), wall_ms(), uv_now(srv_.loop())))
+    srv_.netlog().append(*row);
 }
 
 void Connection::write_tunnel_row() {
   netlog::Row row =
-      tunnel_.row(uv_now(srv_.loop()), dialer_.last_error(), ex_.row, connect_dest_.key(443));
-  fill_row(row);
+      tunnel_.row(uv_now(srv_.loop()), dialer_.last_error(), ex_.row(), connect_dest_.key(443));
+  conn_fields().fill(row);
   srv_.netlog().append(row);
 }
 
@@ -1362,8 +1302,8 @@ void Connection::touch() { last_io_ms_ = uv_now(srv_.loop()); }
 ConnTimes Connection::times() const {
   ConnTimes t;
   t.mode = mode_;
-  t.deferred = !deferred_failure_.empty() || replay_pending_;
-  t.exchange = ex_.active;
+  t.deferred = !deferred_failure_.empty() || codec_->replay_pending();
+  t.exchange = ex_.active();
   t.waiting_credential = cred_wait_.waiting();
   t.dial_start = dialer_.dial_started();
   t.attempt_start = dialer_.attempt_started();
@@ -1428,8 +1368,8 @@ void Connection::setup_timed_out(Phase phase) {
     tunnel_.end_with(error);  // close() writes the tunnel's row with it
   } else {
     begin_row("CONNECT");
-    ex_.row.host = connect_dest_.key(443);
-    ex_.row.error = error;
+    ex_.set_host(connect_dest_.key(443));
+    ex_.set_error(error);
     write_exchange_row();
   }
   close(std::string("timed out: ") + phase_name(phase));
@@ -1465,13 +1405,12 @@ void Connection::handle_timer() {
         origin_failed(deferred_failure_kind_, detail);
         break;
       }
-      replay_pending_ = false;
-      if (client_.above_high()) {
-        replay_blocked_ = true;  // on_drain(client) replays when it has room
-      } else if (mode_ == Mode::http && req_ == Req::head) {
+      // A full client: on_drain(client) replays when it has room.
+      if (codec_->replay_turn(client_.above_high()) && mode_ == Mode::http &&
+          req_ == Req::head) {
         replay_stash();
-        if (!closing_ && client_eof_ && !ex_.active && req_ == Req::head && stash_.empty() &&
-            !replay_pending_) {
+        if (!closing_ && client_eof_ && !ex_.active() && req_ == Req::head &&
+            !codec_->pipelined() && !codec_->replay_pending()) {
           close("client closed");  // what it sent is answered
           return;
         }
@@ -1493,7 +1432,7 @@ void Connection::handle_timer() {
         origin_failed(Errc::timeout,
                       fmt::format("no response within {} s", lim.io_timeout_ms / 1000));
       } else {
-        ex_.row.error = "timeout: the response stalled";
+        ex_.set_error("timeout: the response stalled");
         write_exchange_row();
         close("exchange stalled");
       }
@@ -1502,7 +1441,7 @@ void Connection::handle_timer() {
       ++srv_.metrics().head_timeouts;
       begin_row("");
       bind_first_head(std::string_view(), nullptr);
-      ex_.row.error = "client: the request head did not arrive in time";
+      ex_.set_error("client: the request head did not arrive in time");
       answer(answers::head_timeout(lim.head_timeout_ms / 1000), true);
       return;
     case Phase::idle: close("idle"); return;
@@ -1534,7 +1473,7 @@ void Connection::rejudge(int64_t now_ms) {
   o.inside = in_connect_ ? &inside : nullptr;
   o.tunnel = mode_ == Mode::tunnel;
   o.passthrough = tunnel_.kind() == TunnelKind::passthrough;
-  o.exchange = ex_.active;
+  o.exchange = ex_.active();
   o.exchange_dest = ex_.dest;
   o.exchange_kind = ex_.kind;
   o.origin = origin_out() ? &origin_dest_ : nullptr;
@@ -1550,8 +1489,8 @@ void Connection::rejudge(int64_t now_ms) {
   ++srv_.metrics().connections_closed_by_policy;
   log::info("{} closed: {} ({})", log::ConnId{id_}, why,
             in_connect_ ? connect_dest_.authority() : ex_.dest.authority());
-  if (ex_.active && mode_ == Mode::http) {
-    ex_.row.error = std::string("closed: ") + why;
+  if (ex_.active() && mode_ == Mode::http) {
+    ex_.set_error(std::string("closed: ") + why);
     write_exchange_row();
   }
   if (mode_ == Mode::tunnel) tunnel_.end_with(std::string("closed: ") + why);
@@ -1560,7 +1499,7 @@ void Connection::rejudge(int64_t now_ms) {
 
 void Connection::drain() {
   if (closing_) return;
-  if (mode_ == Mode::http && !ex_.active && req_ == Req::head && !req_reader_.started() &&
+  if (mode_ == Mode::http && !ex_.active() && req_ == Req::head && !codec_->head_started() &&
       head_start_ms_ == 0) {
     close("draining");
     return;
@@ -1574,10 +1513,10 @@ void Connection::close(std::string_view why) {
   log::debug("{} closing: {}", log::ConnId{id_}, why);
   if (mode_ == Mode::tunnel) write_tunnel_row();
   srv_.unlink(this);
-  if (origin_out()) retire_origin(/*reusable=*/!ex_.active);
+  if (origin_out()) retire_origin(/*reusable=*/!ex_.active());
   dialer_.cancel();  // a lookup or a dial that failed at once holds no Stream
   cred_wait_.cancel(srv_.credentials());
-  stash_.clear();
+  codec_->drop_stash();
   pending_closes_ = 2;
   client_.close();
   uv_timer_stop(&timer_);

@@ -14,7 +14,7 @@
 //
 // Decisions: whether a request, a CONNECT or a tunnel may go on, and how, is
 // admission's (proxy/policy/admission.h, pure); this class gathers the facts,
-// applies the Decision and records it (metrics, log lines, Network Log rows).
+// applies the Decision and records it (metrics, log lines, the rows' fields).
 // The texts it answers with are the answers catalogue's (proxy/http/answers.h).
 //
 // The origin side up to a connected Stream (pool lookup, DNS, the address
@@ -34,6 +34,19 @@
 // asks admission again when a mint ends, answers, counts, pauses the client
 // while a token is awaited and cancels the wait when it answers or closes.
 //
+// The exchange in flight (one request: its facts, its response's progress
+// and its one Network Log row, begun once and finished once) is the
+// Exchange's (exchange.h): this class records into it what happened and
+// appends the row it finishes, with this connection's ConnFields (peer,
+// attribution, the stamp's fields).
+//
+// The client's protocol (reading request heads and bodies, the pipelined
+// bytes and their replay's turns, keep-alive) is the ClientCodec's
+// (client_codec.h; HTTP/1 is client_http1.h), held through the interface:
+// this class keeps the request state (Req), feeds the codec the client's
+// bytes and applies what it returns (a head to judge, an error to answer, a
+// pause).
+//
 // Ownership: the Server allocates a Connection per accepted socket. The
 // Connection owns its client Stream, timer and dialer by value and its origin
 // Stream by pointer once connected (a retired origin closes and frees
@@ -43,6 +56,7 @@
 
 #include <uv.h>
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -58,8 +72,10 @@
 #include "proxy/netlog/row.h"
 #include "proxy/policy/admission.h"
 #include "proxy/policy/pattern.h"
+#include "proxy/server/client_codec.h"
 #include "proxy/server/credential_flow.h"
 #include "proxy/server/deadline.h"
+#include "proxy/server/exchange.h"
 #include "proxy/server/origin_dialer.h"
 #include "proxy/server/tunnel.h"
 
@@ -142,12 +158,10 @@ class Connection final : public StreamHandler, private DialOwner {
   void answer_mint_failure(const std::string& reason, bool after_401);
   void answer_proxy_auth(const std::string& key, bool close_after);
   void note_build_claim();
-  void keep_head(std::string_view head);
   // The 401 replaced (ex_.cred's Verdict::replace) is read: mint once more
   // (forced) and send the request again, head and kept body.
   void replay_after_401();
   void on_request_complete();
-  void stash(const ChunkRef& c, const char* p, size_t n);
   void replay_stash();
 
   // Origin side.
@@ -182,8 +196,11 @@ class Connection final : public StreamHandler, private DialOwner {
   void answer_parse_error(const http::ParseError& e);
   void refuse(const std::string& key, bool close_after);
   void log_would_block(const std::string& key, std::string_view method);
+  // This connection's fields of its rows (exchange.h).
+  ConnFields conn_fields() const;
+  // Begins the exchange's row (ex_.begin) at this moment.
   void begin_row(std::string_view method);
-  void fill_row(netlog::Row& row);
+  // Appends the exchange's finished row (ex_.finish), when one is begun.
   void write_exchange_row();
   // The tunnel's row (tunnel_.row()), with this connection's fields.
   void write_tunnel_row();
@@ -253,8 +270,6 @@ class Connection final : public StreamHandler, private DialOwner {
   bool build_marker_ = false;  // it presented the (public) build marker
   bool proxy_auth_seen_ = false;
   CredentialWait cred_wait_;   // a credential this connection waits for
-  std::string owned_head_;     // the head, kept across a credential wait or a 401 replay
-  std::string_view head_view_; // the head being handled (in a chunk or req_reader_)
   bool client_eof_ = false;
   bool origin_eof_ = false;
 
@@ -264,12 +279,9 @@ class Connection final : public StreamHandler, private DialOwner {
   std::string st_src_, st_net_, st_who_, st_boot_;
   uint64_t st_seq_ = 0;
 
-  // Request parsing.
-  http::HeadReader req_reader_;
-  http::Parser req_parser_;
-  http::Head req_head_;
-  std::vector<Slice> stash_;
-  size_t stash_bytes_ = 0;
+  // The client's protocol (client_codec.h): request heads and bodies, the
+  // pipelined bytes, keep-alive. HTTP/1 today (client_http1.h).
+  std::unique_ptr<ClientCodec> codec_;
 
   // The origin.
   HostPort origin_dest_;
@@ -285,8 +297,6 @@ class Connection final : public StreamHandler, private DialOwner {
   std::string early_failure_;  // the eager dial of a decrypted tunnel failed
   std::string deferred_failure_;  // a dial that failed at once, reported by the timer
   Errc deferred_failure_kind_ = Errc::connect;
-  bool replay_pending_ = false;  // the next pipelined request runs on the next turn
-  bool replay_blocked_ = false;  // ... once the client's queue has drained
   Errc early_failure_kind_ = Errc::connect;
 
   // Response parsing.
@@ -294,28 +304,8 @@ class Connection final : public StreamHandler, private DialOwner {
   http::Parser resp_parser_;
   http::Head resp_head_;
 
-  // The exchange in flight.
-  struct Exchange {
-    bool active = false;
-    netlog::Row row;
-    uint64_t start_ms = 0;
-    llhttp_method_t method = HTTP_GET;
-    bool upgrade = false;
-    bool client_keep_alive = true;
-    bool response_started = false;
-    bool close_after = false;
-    bool origin_reuse = true;
-    bool capture_body = false;
-    bool reused_origin = false;  // sent on a kept-alive origin connection
-    bool retried = false;
-    bool body_sent = false;      // some request body bytes went upstream
-    std::string sent_head;       // kept until the response head, for one retry
-    HostPort dest;
-    policy::Kind kind = policy::Kind::cleartext;
-    std::string target;  // origin-form, as the client sent it
-    // Injection, the kept body and the 401 replay (credential_flow.h).
-    CredentialFlow cred;
-  } ex_;
+  // The exchange in flight and its row (exchange.h).
+  Exchange ex_;
 };
 
 }  // namespace fy::proxy

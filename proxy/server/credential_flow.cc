@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "proxy/http/rewrite.h"
 #include "proxy/inject/redact.h"
 
 namespace fy::proxy {

@@ -26,10 +26,13 @@
 #include <string>
 #include <string_view>
 
-#include "proxy/http/rewrite.h"
 #include "proxy/inject/rules.h"
 #include "proxy/inject/store.h"
 #include "proxy/netlog/row.h"
+
+namespace fy::http {
+struct RequestOut;  // proxy/http/rewrite.h
+}  // namespace fy::http
 
 namespace fy::proxy {
 
