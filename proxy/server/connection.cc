@@ -280,20 +280,26 @@ void Connection::process_client(const ChunkRef& c, const char* p, size_t n) {
 }
 
 void Connection::replay_stash() {
+  // The client stays paused (kStashFull) until the stash is handled: a TLS
+  // client's resume() delivers the records it read past the stash at once,
+  // from inside resume(), and those are newer than every stashed byte.
   std::vector<Slice> pending = codec_->take_stash();
-  resume_client(kStashFull);
   for (size_t i = 0; i < pending.size(); ++i) {
     if (closing_ || mode_ != Mode::http || req_ == Req::done || req_ == Req::wait) {
       // Not consumed yet: keep the rest for later, in order.
       bool over = false;
       for (size_t j = i; j < pending.size(); ++j)
         over = codec_->stash(pending[j].chunk, pending[j].data(), pending[j].len);
-      if (over) pause_client(kStashFull);
+      if (over)
+        pause_client(kStashFull);
+      else
+        resume_client(kStashFull);
       return;
     }
     Slice& s = pending[i];
     process_client(s.chunk, s.data(), s.len);
   }
+  resume_client(kStashFull);
 }
 
 void Connection::begin_row(std::string_view method) {
@@ -900,9 +906,11 @@ void Connection::on_response_head(std::string_view head) {
     tunnel_.set_start(ex_.row().ts_ms, ex_.start_ms());
     // Bytes the client sent after its request belong to the new protocol
     // (the client is not paused for them, as it never was).
+    // They go to the tunnel before the client is resumed: a TLS client's
+    // resume() delivers newer bytes at once (see replay_stash).
     std::vector<Slice> pending = codec_->take_stash();
-    resume_client(kStashFull);
     for (Slice& s : pending) (void)tunnel_.from_client(origin_, false, s.chunk, s.data(), s.len);
+    resume_client(kStashFull);
     arm_timer();
     return;
   }

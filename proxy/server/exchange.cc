@@ -1,6 +1,5 @@
 #include "proxy/server/exchange.h"
 
-#include <cassert>
 
 #include "core/text.h"
 
@@ -52,7 +51,10 @@ void Exchange::response_complete() {
 }
 
 const netlog::Row* Exchange::finish(const ConnFields& conn, int64_t wall_ms, uint64_t now_ms) {
-  assert(state_ != RowState::written && "an exchange's row is written once");
+  // Only from begun: a row already written (or handed over, or never begun)
+  // gives nothing, so a late second call cannot write a second row. That
+  // happens: a client resumed from inside a completed response can deliver a
+  // malformed body chunk, whose close writes the exchange's row again.
   if (state_ != RowState::begun) return nullptr;
   state_ = RowState::written;
   netlog::Row& row = row_;

@@ -14,8 +14,9 @@
 //                       └──hand_over()──▶ handed (a CONNECT: its tunnel, or
 //                                          its requests, write their rows)
 // begin() starts a new exchange from any state (everything is reset);
-// finish() produces the row only from begun, and finishing a written row
-// again is a contract violation (asserted).
+// finish() produces the row only from begun; from any other state it gives
+// nothing, so the row is written at most once whoever calls it again (a late
+// close after a completed response does).
 //
 // The HTTP specifics (parsing, framing, keep-alive) are the client codec's
 // and the connection's; nothing here depends on HTTP/1's parser.

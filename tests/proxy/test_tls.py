@@ -225,6 +225,52 @@ class Https(unittest.TestCase):
         clients = {q["client"] for q in self.origin.requests if q["path"] in ("/k1", "/k2", "/k3")}
         self.assertEqual(len(clients), 1)
 
+    def test_pipelined_requests_past_the_stash_bound_inside_the_tunnel_stay_in_order(self):
+        # The first request waits 300 ms at the origin while the client
+        # pipelines ~125 KiB more, past the 64 KiB the proxy stashes: it stops
+        # reading with TLS records read but not yet delivered. When the first
+        # answer is done, the stash must go first and those records after it.
+        host = f"secure.test:{self.origin.port}"
+        s, _ = connect_tunnel(self.proxy.port, host, timeout=15)
+        t = ssl.create_default_context(cafile=self.proxy.ca).wrap_socket(
+            s, server_hostname="secure.test")
+        n = 130
+        pad = "x" * 900
+        reqs = [f"GET /slow/300 HTTP/1.1\r\nHost: {host}\r\n\r\n"]
+        reqs += [f"GET /q{i} HTTP/1.1\r\nHost: {host}\r\nX-Pad: {pad}\r\n\r\n"
+                 for i in range(1, n - 1)]
+        reqs.append(f"GET /q{n - 1} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")
+        data = "".join(reqs).encode()
+        self.assertGreater(len(data), 100 * 1024)
+        t.sendall(data)
+        out = b""
+        while True:
+            try:
+                chunk = t.recv(65536)
+            except (ssl.SSLError, OSError):
+                break
+            if not chunk:
+                break
+            out += chunk
+        t.close()
+        # Walk the answers by their framing: statuses and bodies, in order.
+        got, rest = [], out
+        while rest:
+            head, sep, rest = rest.partition(b"\r\n\r\n")
+            self.assertTrue(sep, f"a truncated answer after {len(got)}: {head[:200]!r}")
+            status = int(head.split(b" ", 2)[1])
+            length = 0
+            for line in head.split(b"\r\n")[1:]:
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value)
+            body, rest = rest[:length], rest[length:]
+            got.append((status, body))
+        self.assertEqual(len(got), n, [g[0] for g in got])
+        self.assertEqual(got[0], (200, b"slow done"))
+        paths = [json.loads(b)["path"] if st == 200 else st for st, b in got[1:]]
+        self.assertEqual(paths, [f"/q{i}" for i in range(1, n)])
+
     def test_upstream_verification_failures_answer_502_with_the_reason(self):
         cases = [
             ("expired.test", self.expired.port, "certificate has expired"),

@@ -59,6 +59,9 @@ TEST_CASE("exchange: no row until begun; begun, the row is finished once") {
   CHECK_FALSE(ex.active());
   CHECK(ex.state() == RowState::written);
   CHECK(ex.row().status == 204);
+  // A second finish (a late close after the response) writes nothing.
+  CHECK(ex.finish(plain_conn(), 9999, 60) == nullptr);
+  CHECK(ex.state() == RowState::written);
 
   // The next exchange starts from nothing.
   ex.begin("", 2000, 60);
