@@ -253,6 +253,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         head = parts[0] if parts else ""
         if head == "ws" and self.headers.get("Upgrade", "").lower() == "websocket":
             self._record()
+            if parts[1:2] == ["slow"]:  # /ws/slow: the 101 comes after 300 ms
+                time.sleep(0.3)
             return self._websocket()
         body = b"" if head in ("stall", "reset") else self._read_body()
         self._record(body)

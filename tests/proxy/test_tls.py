@@ -271,6 +271,40 @@ class Https(unittest.TestCase):
         paths = [json.loads(b)["path"] if st == 200 else st for st, b in got[1:]]
         self.assertEqual(paths, [f"/q{i}" for i in range(1, n)])
 
+    def test_websocket_frames_sent_before_the_101_past_the_stash_bound_stay_in_order(self):
+        # ~120 KiB of frames follow the upgrade request before the 101 can
+        # come (the origin waits 300 ms): past the stash bound, so the proxy
+        # stops reading. At the 101 the stashed frames must reach the origin
+        # before anything read after them. (Unlike the pipelined test above,
+        # this one did not catch the old resume-first order: here the records
+        # left unread stayed in the socket, not in the TLS buffers. It guards
+        # the order across the 101, not that race.)
+        from fytest import ws_frame, ws_read_frame
+        host = f"secure.test:{self.origin.port}"
+        s, _ = connect_tunnel(self.proxy.port, host, timeout=15)
+        t = ssl.create_default_context(cafile=self.proxy.ca).wrap_socket(
+            s, server_hostname="secure.test")
+        n = 120
+        frames = [ws_frame(1, (b"%05d" % i) * 200) for i in range(n)]
+        t.sendall((f"GET /ws/slow HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\n"
+                   "Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+                   "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n").encode()
+                  + b"".join(frames))
+        f = t.makefile("rb")
+        self.assertIn(b"101", f.readline())
+        while f.readline() not in (b"\r\n", b""):
+            pass
+        got = []
+        for _ in range(n):
+            frame = ws_read_frame(f)
+            if frame is None:
+                break
+            got.append(frame[1][:5].decode())
+        t.sendall(ws_frame(8, b""))
+        f.close()
+        t.close()
+        self.assertEqual(got, ["%05d" % i for i in range(n)])
+
     def test_upstream_verification_failures_answer_502_with_the_reason(self):
         cases = [
             ("expired.test", self.expired.port, "certificate has expired"),
