@@ -11,16 +11,25 @@
 // Stream, keeps the request state (which of head/body/done it reads) and
 // the timer, and answers errors with the answers catalogue.
 //
+// What the proxy sends the client is serialised here too (the encode_*
+// calls): an answer of its own, the 407 challenge, the origin's response
+// head rewritten for the client, a CONNECT's 200. The codec returns the
+// bytes and nothing else; the Connection decides what to answer and when
+// (admission's Decision), whether the connection closes after it, writes
+// the bytes and counts exactly their size into the exchange's row.
+//
 // Heads and errors are handed over as http::Head and http::ParseError
 // (proxy/http/parser.h): the parsed request admission judges and the head
 // forwarded to the origin, whatever protocol the client spoke.
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <string_view>
 #include <vector>
 
 #include "core/buffer.h"
+#include "proxy/http/answers.h"
 #include "proxy/http/parser.h"
 
 namespace fy::proxy {
@@ -96,6 +105,26 @@ class ClientCodec {
   // The client drained: true when a blocked replay is pending again (the
   // owner arms its timer).
   virtual bool client_drained() = 0;
+
+  // --- What the proxy writes to the client: the bytes, for the owner to
+  // write (and count). None changes the codec's state.
+  // An answer of the proxy's own (`reply`: status, body, its content type).
+  // `close`: the connection closes after it, and the answer says so.
+  virtual std::string encode_answer(const answers::Reply& reply, bool close) const = 0;
+  // The 407 to a destination open to builds (`reply`: answers::
+  // build_challenge's): encode_answer's, also asking for the build's
+  // credential (answers::kBuildChallengeHeader: kBuildChallengeValue).
+  virtual std::string encode_challenge(const answers::Reply& reply, bool close) const = 0;
+  // The origin's response head `head`, rewritten for the client: its
+  // hop-by-hop and stamp fields dropped. `upgrade` (a 101 the request asked
+  // for): its Upgrade kept, the connection switches; else `close`: the
+  // connection closes after this response, and the head says so. An interim
+  // head (1xx other than 101) is encoded with neither.
+  virtual std::string encode_response_head(const http::Head& head, bool close,
+                                           bool upgrade) const = 0;
+  // A CONNECT's answer: the tunnel is open (the bytes that follow are the
+  // tunnel's).
+  virtual std::string encode_connect_established() const = 0;
 };
 
 }  // namespace fy::proxy

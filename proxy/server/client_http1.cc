@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "core/stamp.h"
+#include "proxy/http/rewrite.h"
 
 namespace fy::proxy {
 
@@ -89,6 +90,44 @@ bool Http1ClientCodec::client_drained() {
   replay_blocked_ = false;
   replay_pending_ = true;
   return true;
+}
+
+namespace {
+
+http::Answer to_answer(const answers::Reply& reply, bool close) {
+  http::Answer a;
+  a.status = reply.status;
+  a.body = reply.body;
+  a.content_type = reply.content_type;
+  a.close = close;
+  return a;
+}
+
+}  // namespace
+
+std::string Http1ClientCodec::encode_answer(const answers::Reply& reply, bool close) const {
+  std::string out;
+  http::build_answer(out, to_answer(reply, close));
+  return out;
+}
+
+std::string Http1ClientCodec::encode_challenge(const answers::Reply& reply, bool close) const {
+  http::Answer a = to_answer(reply, close);
+  a.headers.emplace_back(answers::kBuildChallengeHeader, answers::kBuildChallengeValue);
+  std::string out;
+  http::build_answer(out, a);
+  return out;
+}
+
+std::string Http1ClientCodec::encode_response_head(const http::Head& head, bool close,
+                                                   bool upgrade) const {
+  std::string out;
+  http::build_response_head(out, head, close, upgrade);
+  return out;
+}
+
+std::string Http1ClientCodec::encode_connect_established() const {
+  return "HTTP/1.1 200 Connection established\r\n\r\n";
 }
 
 }  // namespace fy::proxy

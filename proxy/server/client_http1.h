@@ -1,7 +1,8 @@
 // The client side's HTTP/1 (client_codec.h): heads found across reads and
 // parsed by llhttp (proxy/http/parser.h, strict), framing checked, bodies
 // parsed to their end, pipelined bytes stashed up to kMaxStash, and
-// keep-alive as the request's head says.
+// keep-alive as the request's head says; what is sent back is HTTP/1.1
+// (proxy/http/rewrite.h's build_answer and build_response_head).
 #pragma once
 
 #include <string>
@@ -43,6 +44,11 @@ class Http1ClientCodec final : public ClientCodec {
   bool replay_blocked() const override { return replay_blocked_; }
   [[nodiscard]] bool replay_turn(bool client_full) override;
   bool client_drained() override;
+
+  std::string encode_answer(const answers::Reply& reply, bool close) const override;
+  std::string encode_challenge(const answers::Reply& reply, bool close) const override;
+  std::string encode_response_head(const http::Head& head, bool close, bool upgrade) const override;
+  std::string encode_connect_established() const override;
 
  private:
   http::HeadReader reader_;

@@ -549,20 +549,14 @@ void Connection::answer_proxy_auth(const std::string& key, bool close_after) {
   // sends the one in its proxy URL only after this challenge).
   ++srv_.metrics().proxy_auth_challenges;
   answers::Reply r = answers::build_challenge(key);
-  http::Answer a;
-  a.status = r.status;
-  a.headers.emplace_back(answers::kBuildChallengeHeader, answers::kBuildChallengeValue);
-  a.body = std::move(r.body);
-  a.close = close_after;
   ex_.set_blocked();
-  std::string out;
-  http::build_answer(out, a);
+  std::string out = codec_->encode_challenge(r, close_after);
   client_.write(out);
   ex_.set_status(407);
   ex_.add_down(out.size());
   write_exchange_row();
   ex_.reset();
-  if (a.close) {
+  if (close_after) {
     linger();
     return;
   }
@@ -578,7 +572,7 @@ void Connection::establish(const admission::Decision& d) {
   inner_kind_ = d.inner_kind;
   codec_->restart();
   tunnel_.set_start(ex_.row().ts_ms, ex_.start_ms());
-  client_.write("HTTP/1.1 200 Connection established\r\n\r\n");
+  client_.write(codec_->encode_connect_established());
   ex_.hand_over();  // the tunnel's own row (or its requests' rows) follow
   mode_ = Mode::hello;
   mode_start_ms_ = setup_start_ms_ = uv_now(srv_.loop());
@@ -856,10 +850,9 @@ void Connection::on_response_head(std::string_view head) {
     return;
   }
   int status = resp_head_.status;
-  std::string out;
   if (status >= 100 && status < 200 && status != 101) {
     // Interim (100 Continue, 103 Early Hints): pass on, wait for the final one.
-    http::build_response_head(out, resp_head_, false, false);
+    std::string out = codec_->encode_response_head(resp_head_, false, false);
     client_.write(out);
     ex_.add_down(out.size());
     resp_parser_.next_message();
@@ -896,7 +889,7 @@ void Connection::on_response_head(std::string_view head) {
       origin_failed(Errc::parse, "the origin switched protocols without being asked to");
       return;
     }
-    http::build_response_head(out, resp_head_, false, /*upgrade=*/true);
+    std::string out = codec_->encode_response_head(resp_head_, false, /*upgrade=*/true);
     client_.write(out);
     ex_.add_down(out.size());
     ++srv_.metrics().upgrades;
@@ -921,7 +914,7 @@ void Connection::on_response_head(std::string_view head) {
   if (!codec_->keeps_alive(client_eof_) || srv_.draining() || body_until_eof)
     ex_.close_after = true;
   ex_.decide_capture(status, resp_head_.get("content-encoding"));
-  http::build_response_head(out, resp_head_, ex_.close_after, false);
+  std::string out = codec_->encode_response_head(resp_head_, ex_.close_after, false);
   client_.write(out);
   ex_.add_down(out.size());
   if (resp_parser_.message_complete()) {
@@ -1131,19 +1124,12 @@ void Connection::fail_exchange(Errc kind, const std::string& reason, const std::
 // Answers and rows
 
 void Connection::answer(answers::Reply reply, bool close_after) {
-  http::Answer a;
-  a.status = reply.status;
-  a.body = std::move(reply.body);
-  a.content_type = reply.content_type;
-  int status = a.status;
   if (cred_wait_.cancel(srv_.credentials())) resume_client(kWaitCredential);
-  a.close = close_after || srv_.draining() || !codec_->keeps_alive(client_eof_);
-  std::string out;
-  http::build_answer(out, a);
+  bool close = close_after || srv_.draining() || !codec_->keeps_alive(client_eof_);
+  std::string out = codec_->encode_answer(reply, close);
   client_.write(out);
-  ex_.answered(status, out.size(), a.body);
+  ex_.answered(reply.status, out.size(), reply.body);
   write_exchange_row();
-  bool close = a.close;
   ex_.reset();
   resp_ = Resp::none;
   if (close || mode_ != Mode::http) {

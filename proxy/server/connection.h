@@ -15,7 +15,8 @@
 // Decisions: whether a request, a CONNECT or a tunnel may go on, and how, is
 // admission's (proxy/policy/admission.h, pure); this class gathers the facts,
 // applies the Decision and records it (metrics, log lines, the rows' fields).
-// The texts it answers with are the answers catalogue's (proxy/http/answers.h).
+// The texts it answers with are the answers catalogue's (proxy/http/answers.h);
+// their bytes on the wire are the codec's (below).
 //
 // The origin side up to a connected Stream (pool lookup, DNS, the address
 // list and its attempts) is the OriginDialer's (origin_dialer.h); this class
@@ -41,11 +42,14 @@
 // attribution, the stamp's fields).
 //
 // The client's protocol (reading request heads and bodies, the pipelined
-// bytes and their replay's turns, keep-alive) is the ClientCodec's
-// (client_codec.h; HTTP/1 is client_http1.h), held through the interface:
-// this class keeps the request state (Req), feeds the codec the client's
-// bytes and applies what it returns (a head to judge, an error to answer, a
-// pause).
+// bytes and their replay's turns, keep-alive, and serialising what is sent
+// back: the proxy's answers, the 407, the origin's response head rewritten
+// for the client, a CONNECT's 200) is the ClientCodec's (client_codec.h;
+// HTTP/1 is client_http1.h), held through the interface: this class keeps
+// the request state (Req), feeds the codec the client's bytes and applies
+// what it returns (a head to judge, an error to answer, a pause), decides
+// what to answer and whether the connection closes after it, writes the
+// bytes the codec encodes and counts them into the exchange's row.
 //
 // Ownership: the Server allocates a Connection per accepted socket. The
 // Connection owns its client Stream, timer and dialer by value and its origin

@@ -1,8 +1,9 @@
 // Http1ClientCodec (proxy/server/client_http1.h) on its own, through the
 // ClientCodec interface: heads across reads, parse and framing outcomes,
 // bodies to their end, the stash of pipelined bytes and its bound, the
-// replay's turns, and the keep-alive decision. No loop: the codec owns no
-// handle.
+// replay's turns, the keep-alive decision, and the exact bytes it encodes
+// for the client (answers, the 407, a CONNECT's 200, a forwarded response
+// head). No loop: the codec owns no handle.
 #include <doctest/doctest.h>
 
 #include <cstring>
@@ -10,11 +11,13 @@
 #include <string_view>
 
 #include "core/buffer.h"
+#include "proxy/http/answers.h"
 #include "proxy/http/parser.h"
 #include "proxy/server/client_http1.h"
 
 using fy::ChunkPool;
 using fy::ChunkRef;
+using fy::http::Head;
 using fy::http::Limits;
 using fy::http::ParseError;
 using fy::proxy::ClientCodec;
@@ -203,4 +206,92 @@ TEST_CASE("http1 codec: the replay's turns") {
   CHECK(c.replay_turn(false));
   CHECK_FALSE(c.replay_pending());
   CHECK_FALSE(c.replay_blocked());
+}
+
+TEST_CASE("http1 codec: an answer, kept alive and closing") {
+  Http1ClientCodec codec(limits());
+  const ClientCodec& c = codec;
+  fy::answers::Reply r{502, "no\n"};
+  CHECK(c.encode_answer(r, /*close=*/false) ==
+        "HTTP/1.1 502 Bad Gateway\r\n"
+        "Content-Type: text/plain; charset=utf-8\r\n"
+        "Content-Length: 3\r\n"
+        "\r\n"
+        "no\n");
+  CHECK(c.encode_answer(r, /*close=*/true) ==
+        "HTTP/1.1 502 Bad Gateway\r\n"
+        "Content-Type: text/plain; charset=utf-8\r\n"
+        "Content-Length: 3\r\n"
+        "Connection: close\r\n"
+        "\r\n"
+        "no\n");
+  // The reply's content type, and the catalogue's texts as they are.
+  fy::answers::Reply j{401, "{}", fy::answers::kJson};
+  CHECK(c.encode_answer(j, false) ==
+        "HTTP/1.1 401 Unauthorized\r\n"
+        "Content-Type: application/json\r\n"
+        "Content-Length: 2\r\n"
+        "\r\n"
+        "{}");
+  fy::answers::Reply bad = fy::answers::bad_head(431, "too big");
+  std::string out = c.encode_answer(bad, true);
+  CHECK(out.starts_with("HTTP/1.1 431 "));
+  CHECK(out.ends_with("Connection: close\r\n\r\n" + bad.body));
+  CHECK(r.body == "no\n");  // the reply is not consumed
+}
+
+TEST_CASE("http1 codec: the 407 asks for the build's credential") {
+  Http1ClientCodec codec(limits());
+  const ClientCodec& c = codec;
+  fy::answers::Reply r = fy::answers::build_challenge("git.test:443");
+  std::string length = std::to_string(r.body.size());
+  std::string head =
+      "HTTP/1.1 407 Proxy Authentication Required\r\n"
+      "Content-Type: text/plain; charset=utf-8\r\n"
+      "Content-Length: " +
+      length + "\r\n" + "Proxy-Authenticate: Basic realm=\"foldyard build\"\r\n";
+  CHECK(c.encode_challenge(r, false) == head + "\r\n" + r.body);
+  CHECK(c.encode_challenge(r, true) == head + "Connection: close\r\n\r\n" + r.body);
+}
+
+TEST_CASE("http1 codec: a CONNECT's 200") {
+  Http1ClientCodec codec(limits());
+  const ClientCodec& c = codec;
+  CHECK(c.encode_connect_established() == "HTTP/1.1 200 Connection established\r\n\r\n");
+}
+
+TEST_CASE("http1 codec: the origin's response head, rewritten for the client") {
+  Http1ClientCodec codec(limits());
+  const ClientCodec& c = codec;
+  Limits lim;
+  fy::http::Parser p(HTTP_RESPONSE, lim);
+  ParseError err;
+  Head h;
+  REQUIRE(
+      p.parse_head("HTTP/1.1 200 Fine\r\n"
+                   "Content-Length: 2\r\n"
+                   "Connection: keep-alive, X-Hop\r\n"
+                   "Keep-Alive: timeout=5\r\n"
+                   "X-Hop: 1\r\n"
+                   "Fy-Stamp: v=1\r\n"
+                   "X-End: 2\r\n"
+                   "\r\n",
+                   &h, &err));
+  std::string kept = "HTTP/1.1 200 Fine\r\nContent-Length: 2\r\nX-End: 2\r\n";
+  CHECK(c.encode_response_head(h, /*close=*/false, /*upgrade=*/false) == kept + "\r\n");
+  CHECK(c.encode_response_head(h, /*close=*/true, false) == kept + "Connection: close\r\n\r\n");
+
+  fy::http::Parser p101(HTTP_RESPONSE, lim);
+  Head up;
+  REQUIRE(
+      p101.parse_head("HTTP/1.1 101 Switching Protocols\r\n"
+                      "Upgrade: websocket\r\n"
+                      "Connection: Upgrade\r\n"
+                      "\r\n",
+                      &up, &err));
+  CHECK(c.encode_response_head(up, false, /*upgrade=*/true) ==
+        "HTTP/1.1 101 Switching Protocols\r\n"
+        "Upgrade: websocket\r\n"
+        "Connection: upgrade\r\n"
+        "\r\n");
 }
