@@ -1,6 +1,6 @@
 // The kinds of a Network Log row's `error` ("<kind>: <detail>"): the one
 // table. fy-proxy writes them, fy-netlog shows them (`err:<kind>`), and
-// docs/netlog.md lists them; a doctest (tests/netlog/view_test.cc) holds the
+// docs/netlog.md lists them; a doctest (tests/unit/netlog/view_test.cc) holds the
 // page to this table, so a kind added here without the page fails the build's
 // tests. Pure: no I/O.
 #pragma once

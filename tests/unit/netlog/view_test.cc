@@ -13,7 +13,7 @@
 #include "core/clock.h"
 #include "proxy/netlog/error_kind.h"
 #include "proxy/netlog/view.h"
-#include "tests/netlog/helpers.h"
+#include "tests/unit/netlog/helpers.h"
 
 using namespace fy;
 using namespace fy::netlog;

@@ -17,7 +17,7 @@
 #include "core/clock.h"
 #include "proxy/netlog/reader.h"
 #include "proxy/netlog/writer.h"
-#include "tests/netlog/helpers.h"
+#include "tests/unit/netlog/helpers.h"
 
 using namespace fy;
 using namespace fy::netlog;
