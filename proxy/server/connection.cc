@@ -897,10 +897,10 @@ void Connection::on_response_head(std::string_view head) {
     mode_ = Mode::tunnel;
     mode_start_ms_ = uv_now(srv_.loop());
     tunnel_.set_start(ex_.row().ts_ms, ex_.start_ms());
-    // Bytes the client sent after its request belong to the new protocol
-    // (the client is not paused for them, as it never was).
-    // They go to the tunnel before the client is resumed: a TLS client's
-    // resume() delivers newer bytes at once (see replay_stash).
+    // Bytes the client sent after its request belong to the new protocol.
+    // They go to the tunnel before the client is resumed (a stash past its
+    // bound paused it): a TLS client's resume() delivers newer bytes at once
+    // (see replay_stash).
     std::vector<Slice> pending = codec_->take_stash();
     for (Slice& s : pending) (void)tunnel_.from_client(origin_, false, s.chunk, s.data(), s.len);
     resume_client(kStashFull);

@@ -1,6 +1,5 @@
 #include "proxy/server/exchange.h"
 
-
 #include "core/text.h"
 
 namespace fy::proxy {
@@ -61,9 +60,8 @@ const netlog::Row* Exchange::finish(const ConnFields& conn, int64_t wall_ms, uin
   if (row.ts_ms == 0) row.ts_ms = wall_ms;
   row.duration_ms = static_cast<int64_t>(now_ms - start_ms_);
   if (row.tls.empty() && !conn.in_connect && kind == policy::Kind::https) row.tls = "decrypted";
-  if (row.blocked) row.tls = "";
   conn.fill(row);
-  if (row.blocked) row.tls.clear();
+  if (row.blocked) row.tls.clear();  // a refused request names no tls, whatever fill() chose
   return &row_;
 }
 
