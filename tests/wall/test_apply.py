@@ -56,7 +56,7 @@ class Reapply(unittest.TestCase):
         cls.ident = n.Identity()
         cls.slice_rel = f"fyw-{n.PID}-reapply/fy-machine-re.slice"
         n.cgroup(cls.slice_rel)
-        cls.host_args = ["--vm", "re", "--cgroup", cls.slice_rel, "--ports",
+        cls.host_args = ["--vm", "re", "--user", n.VM_NAME, "--cgroup", cls.slice_rel, "--ports",
                          "41000-41089,41100-41189"]
 
     @classmethod
@@ -139,7 +139,8 @@ class Reapply(unittest.TestCase):
         self.assertEqual(self.tables().count("table inet fy_host_wall_re"), 1)
         st = self.wall("status", "host", *self.host_args)
         self.assertEqual(st.returncode, 0, st.stdout)
-        self.assertEqual(len(rule_lines(self.listing("inet", "fy_host_wall_re"))), 15)
+        # 15 rules, and the VM user's uid and gid rules (`meta skuid`, `meta skgid`)
+        self.assertEqual(len(rule_lines(self.listing("inet", "fy_host_wall_re"))), 17)
 
     def test_apply_deletes_chains_it_no_longer_defines(self):
         args = n.machine_args(self.ident)
@@ -224,7 +225,7 @@ table ip6 fy_wall6 { set stale6 { type ipv6_addr; }; }
         self.assertIn("✓ check passed", r.stdout)
         self.assertIn("nothing was changed", r.stdout)
         self.assertNotIn("fy_wall", "\n".join(self.tables()))
-        r = self.wall("apply", "host", "--check", "--vm", "x", "--cgroup",
+        r = self.wall("apply", "host", "--check", "--vm", "x", "--user", n.VM_NAME, "--cgroup",
                       "fyw-no/such.slice", "--ports", "41000")
         self.assertEqual(r.returncode, 4)
         self.assertIn("does not exist", r.stderr)

@@ -92,10 +92,12 @@ class Golden(unittest.TestCase):
         n.on_cleanup(lambda: n.remove_cgroup_tree(scratch), f"cgroup tree {scratch}")
 
         def scoped(*cmd):
-            # Join the scratch cgroup, then unshare a cgroup and a mount namespace.
+            # Join the scratch cgroup, then unshare a cgroup and a mount namespace
+            # (where the test's passwd file, with the VM user, is /etc/passwd).
             return n.sh("sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec unshare -C -m '
-                        '--propagation private sh -c "mount -t cgroup2 none /sys/fs/cgroup && '
-                        'exec \\"\\$@\\"" sh "$@"', scratch, *n.nsexec(ns, *cmd), check=False)
+                        '--propagation private sh -c "mount --bind \\"\\$0\\" /etc/passwd && '
+                        'mount -t cgroup2 none /sys/fs/cgroup && exec \\"\\$@\\"" "$@"',
+                        scratch, self.ident.passwd, *n.nsexec(ns, *cmd), check=False)
 
         hosts = [name for name, wall, _ in CASES if wall == "host"]
         for name in hosts:
@@ -374,10 +376,75 @@ class Refusals(unittest.TestCase):
         self.refuse(3, base + ["--cgroup", "x", "--proxy-port-base", "70000"],
                     "proxy_port_base 70000 is out of range")
 
+    def test_host_vm_user_must_be_the_vms_own(self):
+        """The host wall keys on its VM user's uid and gid (docs/fy-wall.md, "The
+        VM user"): there is no default, and an account that is not the VM's
+        own is refused — root, group 0, a group another account has, any
+        subordinate uid or gid line (any count), or a subid database in
+        nsswitch.conf that fy-wall cannot list."""
+        base = ["render", "host", "--vm", "dev", "--cgroup", "fy.slice/fy-machine-dev.slice",
+                "--ports", "41000-41199"]
+        none = {"FY_WALL_SUBUID_FILE": "/nonexistent", "FY_WALL_SUBGID_FILE": "/nonexistent",
+                "FY_WALL_NSSWITCH_CONF": "/nonexistent"}
+
+        def render(*extra, env=None):
+            return self.ident.fy_wall(None, *base, *extra, env={**none, **(env or {})})
+
+        def refused(r, *needles):
+            self.assertEqual(r.returncode, 3, r.stdout + r.stderr)
+            self.assertEqual(r.stdout, "")
+            for needle in needles:
+                self.assertIn(needle, r.stderr)
+
+        refused(render(), "--user is required (e.g. --user fyvm-dev)", "which they cannot change",
+                "not by their cgroup alone, which they can leave", '"The VM user"')
+        path = self.config('[host]\nvm = "dev"\ncgroup = "a.slice"\nports = "41000"\n')
+        self.refuse(3, ["render", "host", "--config", path],
+                    f'{path}: [host].user is not set — write user = "fyvm-dev" in [host]')
+        refused(render("--user", "fywnobody"), "--user: the VM user 'fywnobody' has no passwd "
+                "entry", "useradd --system --user-group")
+        refused(render("--user", "root"), "the VM user is root (uid 0)")
+        ok = render("--user", n.VM_NAME)
+        self.assertEqual(ok.returncode, 0, ok.stderr)
+        self.assertIn(f"\t\tmeta skuid {n.VM_UID} jump vm\n\t\tmeta skgid {n.VM_UID} jump vm\n"
+                      f'\t\tsocket cgroupv2 level 2 "fy.slice/fy-machine-dev.slice" jump vm\n',
+                      ok.stdout)
+        with open(self.ident.passwd) as f:
+            passwd = f.read()
+        try:
+            with open(self.ident.passwd, "a") as f:
+                f.write("fywgid0:x:4747:0::/nonexistent:/usr/sbin/nologin\n"
+                        f"fywshare:x:4748:{n.VM_UID}::/nonexistent:/usr/sbin/nologin\n")
+            refused(render("--user", "fywgid0"), "has primary group 0 (root)",
+                    "useradd --user-group")
+            refused(render("--user", n.VM_NAME), f"gid {n.VM_UID}, the primary group of the VM "
+                    f"user '{n.VM_NAME}', is also the primary group of 'fywshare' (uid 4748)")
+        finally:
+            with open(self.ident.passwd, "w") as f:
+                f.write(passwd)
+        # Every line naming the user counts, by name or uid, whatever its count.
+        sub = self.config(f"other:100000:65536\n{n.VM_NAME}:200000:0\n")
+        refused(render("--user", n.VM_NAME, env={"FY_WALL_SUBUID_FILE": sub}),
+                f"{sub}:2: the VM user '{n.VM_NAME}' has subordinate uids", "newuidmap",
+                "a VM user needs none")
+        subg = self.config(f"{n.VM_UID}:300000:65536\n")
+        refused(render("--user", n.VM_NAME, env={"FY_WALL_SUBGID_FILE": subg}),
+                f"{subg}:1: the VM user '{n.VM_NAME}' has subordinate gids", "newgidmap",
+                f"usermod --del-subgids 300000-365535 {n.VM_NAME}")
+        nss = self.config("passwd: files\nsubid:   sss  # FreeIPA\n")
+        refused(render("--user", n.VM_NAME, env={"FY_WALL_NSSWITCH_CONF": nss}),
+                f"{nss}: 'subid: sss'", "fy-wall cannot list what it grants")
+        clean = self.config(f"other:100000:65536\n#{n.VM_NAME}:1:1\n")
+        r = render("--user", n.VM_NAME,
+                   env={"FY_WALL_SUBUID_FILE": clean, "FY_WALL_SUBGID_FILE": clean,
+                        "FY_WALL_NSSWITCH_CONF": self.config("passwd: files\n")})
+        self.assertEqual(r.returncode, 0, r.stderr)
+
     def test_flags_for_another_wall(self):
         self.refuse(3, self.machine("--vm", "dev"), "--vm belongs to the host wall")
         self.refuse(3, self.machine("--listener", "127.42.0.1"), "--listener belongs to the guard")
-        self.refuse(3, ["render", "host", "--user", "fywalice"], "--user belongs to the machine")
+        self.refuse(3, ["render", "host", "--gateway", "192.168.5.2"],
+                    "--gateway belongs to the machine wall and the guard")
 
     def test_usage(self):
         self.refuse(2, [], "no command")

@@ -3,12 +3,16 @@
 // by the namespace tests beside this file).
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
+
+#include <optional>
 #include <string>
 
 #include "wall/config.h"
 #include "wall/dns.h"
 #include "wall/parse.h"
 #include "wall/render.h"
+#include "wall/vmuser.h"
 
 using namespace fy::wall;
 
@@ -124,7 +128,7 @@ TEST_CASE("config: sections, types, unknown keys, file:line errors") {
   auto s = read_config(
       "[machine]\nuser = 1000\ngateway = \"192.168.5.2\"\nports = \"41000-41089\"\n"
       "[guard]\nroute_table = 100\n[host]\nvm = \"dev\"\ncgroup = \"a/b\"\n"
-      "ports = [\"41000-41199\"]\n",
+      "ports = [\"41000-41199\"]\nuser = \"fywvm\"\n",
       "t.toml");
   REQUIRE(s.ok());
   CHECK(s->has_machine);
@@ -133,10 +137,23 @@ TEST_CASE("config: sections, types, unknown keys, file:line errors") {
   CHECK(guard_route_ids(*s) == std::pair<uint32_t, uint32_t>{100, kDefaultRulePriority});
   Env env;
   env.resolv_conf = "nameserver 127.0.0.53\n";
+  std::string asked_where;
+  env.resolve_vm_user = [&](const UserRef& u, const std::string& where) -> fy::Result<VmUser> {
+    asked_where = where;
+    return VmUser{u.name, 4646, 4647};
+  };
   auto h = host_spec(*s, env);
   REQUIRE(h.ok());
   CHECK(h->proxy_port_base == 41000);
   CHECK(h->resolvers == std::vector<std::string>{"127.0.0.53"});
+  CHECK(h->user.uid == 4646);
+  CHECK(h->user.gid == 4647);
+  CHECK(asked_where == "t.toml:11:8");
+  // No default for the VM user: not SUDO_UID, not FY_WALL_UID.
+  Settings no_user = *s;
+  no_user.host.user.reset();
+  env.sudo_uid = "1000";
+  CHECK(err(host_spec(no_user, env).error()).find("t.toml: [host].user is not set") == 0);
 
   auto bad = read_config("[machine]\nports = [\"1\", 2]\nuser = true\nwhat = 1\n[x]\n", "b.toml");
   REQUIRE_FALSE(bad.ok());
@@ -170,6 +187,13 @@ TEST_CASE("flags: override the config, and belong to one wall") {
   Flags p;
   p.rule_priority = "32766";
   CHECK_FALSE(apply_flags(s, Wall::guard, p).ok());
+  Flags u;  // the host wall takes a user (its VM user), not a gateway
+  u.user = "fywvm";
+  REQUIRE(apply_flags(s, Wall::host, u).ok());
+  CHECK(s.host.user->where == "--user");
+  u.gateway = "192.168.5.2";
+  CHECK(err(apply_flags(s, Wall::host, u).error()).find("--gateway belongs to the machine") !=
+        std::string::npos);
 }
 
 TEST_CASE("render: one value per rule, flushing preamble, walled chain first") {
@@ -210,6 +234,7 @@ TEST_CASE("host render: replies only, every VM packet judged, the local mark") {
   h.cgroup = "fy.slice/fy-machine-dev.slice";
   h.ports = *parse_ports("41000-41089, 41100-41189");
   h.proxy_port_base = 41000;
+  h.user = VmUser{"fywvm", 4646, 4647};
   std::string t = render_host(h);
   std::string rules;  // the text without its comments
   for (size_t at = 0; at < t.size();) {
@@ -221,6 +246,11 @@ TEST_CASE("host render: replies only, every VM packet judged, the local mark") {
   }
   CHECK(rules.find("ct state") == std::string::npos);
   CHECK(rules.find("{ ") == std::string::npos);  // no anonymous sets
+  // The VM user's uid and gid, then its slice: any of the three makes a socket the VM's.
+  CHECK(rules.find("\tchain output {\n\t\ttype filter hook output priority filter; policy "
+                   "accept;\n\t\tmeta skuid 4646 jump vm\n\t\tmeta skgid 4647 jump vm\n"
+                   "\t\tsocket cgroupv2 level 2 \"fy.slice/fy-machine-dev.slice\" jump vm\n"
+                   "\t}\n") != std::string::npos);
   // Both judging chains start with replies; the VM's own packets meet the rest.
   CHECK(rules.find("\tchain vm {\n\t\tct direction reply accept\n") != std::string::npos);
   CHECK(rules.find("\tchain lo {\n\t\tct direction reply accept\n") != std::string::npos);
@@ -393,4 +423,104 @@ TEST_CASE("dns: names the policy allows, and the forwarder's own answer") {
   CHECK(a[2] == 0x81);  // QR, RD kept
   CHECK(a[3] == 0x85);  // RA, REFUSED
   CHECK(a[11] == 0);    // the OPT record is not echoed
+}
+
+TEST_CASE("the VM user: subordinate ids, nsswitch, the checks in order") {
+  CHECK(subid_lines_naming("a:1:2\nfyvm:100000:0\n4646:5:5\r\n#fyvm:1:1\nfyvm\n", "fyvm", 4646) ==
+        std::vector<size_t>{2, 3});
+  CHECK(subid_lines_naming("", "fyvm", 4646).empty());
+  CHECK(subid_lines_naming(":1:1\n", "", 4646).empty());
+  CHECK(nsswitch_subid_sources("passwd: files\n# subid: sss\nsubid:\tsss  # ipa\n") == "sss");
+  CHECK(nsswitch_subid_sources("subidx: files\nsubid files\n").empty());
+  CHECK(nsswitch_subid_sources("").empty());
+
+  VmUserSources src;
+  std::vector<PasswdEntry> users = {
+      {"fyvm", 4646, 4646}, {"alice", 1000, 1000}, {"rootgrp", 4700, 0}};
+  src.find = [&](const UserRef& u) -> fy::Result<std::optional<PasswdEntry>> {
+    for (const PasswdEntry& e : users)
+      if (u.numeric ? e.uid == u.uid : e.name == u.name) return std::optional<PasswdEntry>(e);
+    return std::optional<PasswdEntry>();
+  };
+  src.all = [&] { return users; };
+  src.subuid_path = "/etc/subuid";
+  src.subgid_path = "/etc/subgid";
+  src.nsswitch_path = "/etc/nsswitch.conf";
+  auto named = [](const char* n) { return UserRef{false, 0, n}; };
+  auto why = [&](const char* n) {
+    auto r = resolve_vm_user(named(n), "--user", src);
+    return r ? std::string() : r.error().message;
+  };
+  auto ok = resolve_vm_user(UserRef{true, 4646, ""}, "--user", src);
+  REQUIRE(ok.ok());
+  CHECK(ok->name == "fyvm");
+  CHECK(ok->gid == 4646);
+  CHECK(why("nobody").find("--user: the VM user 'nobody' has no passwd entry") == 0);
+  users.push_back({"root", 0, 0});
+  CHECK(why("root").find("the VM user is root (uid 0)") != std::string::npos);
+  CHECK(why("rootgrp").find("has primary group 0 (root)") != std::string::npos);
+  users.push_back({"share", 4800, 4646});
+  CHECK(why("fyvm").find("gid 4646, the primary group of the VM user 'fyvm', is also the primary "
+                         "group of 'share' (uid 4800)") != std::string::npos);
+  users.pop_back();
+  src.subuid = "alice:100000:65536\nfyvm:200000:65536\n";
+  CHECK(why("fyvm").find("/etc/subuid:2: the VM user 'fyvm' has subordinate uids") == 0);
+  CHECK(why("fyvm").find("usermod --del-subuids 200000-265535 fyvm") != std::string::npos);
+  src.subuid = "4646:0:0\n4646:7:0\n";  // by uid, and COUNT 0 too: newuidmap reads every line
+  CHECK(why("fyvm").find("/etc/subuid:1,2: ") == 0);
+  CHECK(why("fyvm").find("remove every line naming 'fyvm' or 4646") != std::string::npos);
+  CHECK(why("fyvm").find("usermod") == std::string::npos);  // no range to name
+  src.subuid = "";
+  src.subgid = "fyvm:300000:10\n";
+  CHECK(why("fyvm").find("/etc/subgid:1: the VM user 'fyvm' has subordinate gids — newgidmap") ==
+        0);
+  src.subgid = "";
+  src.nsswitch = "subid: sss\n";
+  CHECK(why("fyvm").find("/etc/nsswitch.conf: 'subid: sss'") == 0);
+  src.nsswitch = "passwd: files\n";
+  CHECK(why("fyvm").empty());
+}
+
+TEST_CASE("the VM user's tasks: /proc status and cgroup, ancestors, who may write") {
+  auto t = parse_proc_status(
+      "Name:\tpython3\nUmask:\t0022\nState:\tS (sleeping)\nUid:\t4646\t4343\t4343\t4343\n"
+      "Gid:\t4646\t4646\t4646\t4646\nGroups:\t\n");
+  REQUIRE(t.has_value());
+  CHECK(t->name == "python3");
+  CHECK(t->uid[0] == 4646);
+  CHECK(t->uid[3] == 4343);
+  CHECK(task_is_vm_users(*t, VmUser{"fyvm", 4646, 4646}));
+  CHECK(task_is_vm_users(*t, VmUser{"x", 1, 4646}));  // by its group alone
+  CHECK_FALSE(task_is_vm_users(*t, VmUser{"x", 1, 2}));
+  CHECK_FALSE(parse_proc_status("Name:\tx\nUid:\t1\t2\t3\nGid:\t1\t2\t3\t4\n").has_value());
+  CHECK_FALSE(parse_proc_status("Name:\tx\nUid:\t1\t2\t3\t4\n").has_value());
+  CHECK_FALSE(parse_proc_status("Uid:\t1\t2\t3\tx\nGid:\t1\t2\t3\t4\n").has_value());
+  CHECK_FALSE(parse_proc_status("Uid:\t1\t2\t3\t4294967296\nGid:\t1\t2\t3\t4\n").has_value());
+
+  CHECK(proc_cgroup_v2("12:pids:/a\n1:name=systemd:/b\n0::/fy.slice/x.slice\n") ==
+        std::optional<std::string>("/fy.slice/x.slice"));
+  CHECK_FALSE(proc_cgroup_v2("1:name=systemd:/b\n").has_value());
+  CHECK(cgroup_within("/fy.slice/vm.slice", "fy.slice/vm.slice"));
+  CHECK(cgroup_within("/fy.slice/vm.slice/qemu.scope", "fy.slice/vm.slice"));
+  CHECK_FALSE(cgroup_within("/fy.slice/vm.slice2", "fy.slice/vm.slice"));
+  CHECK_FALSE(cgroup_within("/fy.slice", "fy.slice/vm.slice"));
+  CHECK_FALSE(cgroup_within("/../../fy.slice/vm.slice", "fy.slice/vm.slice"));
+  CHECK_FALSE(cgroup_within("fy.slice/vm.slice", "fy.slice/vm.slice"));
+
+  CHECK(cgroup_proper_ancestors("a/b/c") == std::vector<std::string>{"a/b", "a", ""});
+  CHECK(cgroup_proper_ancestors("a") == std::vector<std::string>{""});
+
+  const std::vector<uint32_t> groups{4646, 27};
+  CHECK_FALSE(writable_by(0, 0, 0644, 4646, groups));     // root's: the slice holds
+  CHECK(writable_by(4646, 4646, 0644, 4646, groups));     // a delegated subtree
+  CHECK_FALSE(writable_by(4646, 0, 0464, 4646, groups));  // owner bits decide for the owner
+  CHECK(writable_by(0, 27, 0664, 4646, groups));          // a supplementary group's
+  CHECK_FALSE(writable_by(0, 28, 0664, 4646, groups));
+  CHECK(writable_by(0, 0, 0666, 4646, groups));  // anyone's
+  CHECK(only_root_writes(0, 0, 0644));
+  CHECK(only_root_writes(0, 0, 0664));              // group root's
+  CHECK(only_root_writes(1000, 0, 0444));           // no one writes it
+  CHECK_FALSE(only_root_writes(1000, 1000, 0644));  // a user@1000.service of another user
+  CHECK_FALSE(only_root_writes(0, 1000, 0664));
+  CHECK_FALSE(only_root_writes(0, 0, 0646));
 }
