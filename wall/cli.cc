@@ -15,8 +15,10 @@
 #include <vector>
 
 #include "core/args.h"
+#include "core/subid.h"
 #include "core/text.h"
 #include "wall/config.h"
+#include "wall/coverage.h"
 #include "wall/dnsfwd_status.h"
 #include "wall/hostcheck.h"
 #include "wall/nft.h"
@@ -48,7 +50,10 @@ commands:
   render   print the ruleset the config renders (needs no privileges);
            `render families` prints the guest's modprobe.d file that keeps
            the kernel from loading the socket families a dev box never
-           needs (wall/dist/fy-wall-families.conf)
+           needs (wall/dist/fy-wall-families.conf); `render principals`
+           prints the walled uids, e.g. 1000,100000-165535,300000-365535:
+           the user and every range /etc/subuid grants it (--user,
+           --subuid-file, or [machine] of --config)
   apply    replace the wall's tables whole, in one transaction, and for the
            guard set its policy routes; with --check, validate only
   remove   delete the wall's tables (and the guard's policy routes)
@@ -109,7 +114,8 @@ struct Options {
   Flags flags;
   bool check = false;
   size_t log_lines = 5;
-  bool families = false;  // `render families`
+  bool families = false;    // `render families`
+  bool principals = false;  // `render principals`
 };
 
 class Cli {
@@ -225,6 +231,11 @@ int Cli::parse_args(int argc, char** argv) {
     o_.families = true;  // the guest's modprobe.d file: no wall, no config
     return kExitOk;
   }
+  if (o_.command == "render" && positional[1] == "principals" && positional.size() == 2) {
+    o_.principals = true;  // the machine wall's walled uids: its user and subuid file
+    o_.wall = Wall::machine;
+    return kExitOk;
+  }
   if (positional[1] == "machine")
     o_.wall = Wall::machine;
   else if (positional[1] == "guard")
@@ -271,7 +282,7 @@ struct Rendered {
   std::optional<GuardSpec> guard;
   std::optional<HostSpec> host;
   std::string agent_cgroup;  // the machine wall's, "" for none
-  std::vector<IdRange> walled;  // the machine wall's walled uids
+  std::vector<IdRange> walled;  // the machine wall's or the guard's walled uids
 };
 
 Result<Rendered> render_wall(Wall w, const Settings& s) {
@@ -294,6 +305,7 @@ Result<Rendered> render_wall(Wall w, const Settings& s) {
       r.text = render_guard(*g);
       r.tables = guard_tables();
       r.summary = describe_guard(*g);
+      r.walled = g->walled.ranges();
       r.guard = *g;
       break;
     }
@@ -418,6 +430,14 @@ Result<void> host_prepare(const std::optional<HostSpec>& h) {
 int Cli::cmd_render() {
   auto s = settings();
   if (!s) return fail(s.error());
+  if (o_.principals) {
+    auto p = walled_principal(*s, Env::from_process());
+    if (!p) return fail(p.error());
+    std::string list;
+    for (const IdRange& r : p->ranges()) list += (list.empty() ? "" : ",") + format_id_range(r);
+    fmt::print(out_, "{}\n", list);
+    return kExitOk;
+  }
   auto r = render_wall(*o_.wall, *s);
   if (!r) return fail(r.error());
   fmt::print(out_, "{}", r->text);
@@ -721,6 +741,7 @@ int Cli::cmd_status() {
   if (!nft) return fail(nft.error());
 
   bool good = true;
+  bool uncovered = false;
   for (size_t i = 0; i < tables.size(); ++i) {
     auto live = nft->list(tables[i], true);
     if (!live) return fail(live.error());
@@ -736,6 +757,13 @@ int Cli::cmd_status() {
       continue;
     }
     **live = sorted_chains(**live);
+    // Every walled uid in every place the rendering keys on them: a uid the
+    // user can map but the live rules do not name is not walled there.
+    for (const Gap& g : skuid_gaps(r->walled, want[i], **live)) {
+      uncovered = true;
+      fmt::print(out_, "walled uids NOT covered by table {}: {} — {}\n", tables[i].str(),
+                 subid::format_ranges(g.missing), g.place);
+    }
     if (**live == want[i]) {
       fmt::print(out_, "table {}: PRESENT, as rendered\n", tables[i].str());
       continue;
@@ -790,6 +818,16 @@ int Cli::cmd_status() {
     }
     if (rts->empty()) fmt::print(out_, "route table {}: EMPTY\n", table);
     if (r) {
+      std::vector<PolicyRule> exact;
+      for (const auto& l : *live)
+        if (l.exact) exact.push_back(l.rule);
+      for (const Gap& g : rule_gaps(r->walled, expect, exact)) {
+        uncovered = true;
+        fmt::print(out_, "walled uids NOT covered by the policy routes: {} — {}\n",
+                   subid::format_ranges(g.missing), g.place);
+      }
+    }
+    if (r) {
       if (missing == 0 && extra == 0 && route_ok) {
         fmt::print(out_,
                    "policy routes: {} rule(s) at priority {} and the lo route, as "
@@ -804,6 +842,13 @@ int Cli::cmd_status() {
     }
   }
   if (r) fmt::print(out_, "rendered: {}\n", r->summary);
+  if (uncovered) {
+    good = false;
+    fmt::print(out_,
+               "the live {} wall does NOT cover every uid the walled user can map "
+               "(/etc/subuid changed since it was applied?) — run `fy-wall apply {}`\n",
+               wall_name(w), wall_name(w));
+  }
   if (w == Wall::machine && r) print_deputies(r->walled, r->agent_cgroup);
   if (w == Wall::host && r && !print_vm_user(*r->host)) good = false;
   if (w == Wall::machine) print_dnsfwd_status(out_, *nft);

@@ -12,13 +12,12 @@
 #include <fstream>
 
 #include "core/config.h"
+#include "core/subid.h"
 #include "core/text.h"
 #include "wall/vmuser.h"
 
 namespace fy::wall {
 namespace {
-
-constexpr size_t kMaxSubuidBytes = 16 << 20;
 
 // ---- value checks shared by the config reader and the flags --------------
 
@@ -209,6 +208,9 @@ Error missing(const Settings& s, const char* section, const char* key, const cha
                     key, key, example, section, flag_name);
 }
 
+// A config file is small; 16 MiB is surely the wrong file.
+constexpr size_t kMaxConfigBytes = 16 << 20;
+
 Result<std::string> read_small_file(const std::string& path, bool* absent) {
   *absent = false;
   std::ifstream in(path, std::ios::binary);
@@ -224,7 +226,7 @@ Result<std::string> read_small_file(const std::string& path, bool* absent) {
   char buf[65536];
   while (in.read(buf, sizeof buf) || in.gcount() > 0) {
     out.append(buf, static_cast<size_t>(in.gcount()));
-    if (out.size() > kMaxSubuidBytes)
+    if (out.size() > kMaxConfigBytes)
       return make_error(Errc::too_large, "{} is over 16 MiB; is it the right file?", path);
   }
   return out;
@@ -257,12 +259,16 @@ Result<Principal> resolve_principal(const Sourced<UserRef>& who, const Sourced<s
                       "forwarder, the wall itself and every system service; name the VM user",
                       who.where);
   }
-  bool absent = false;
-  auto text = read_small_file(subf.value, &absent);
-  if (!text) return std::move(text).take_error();
-  auto ranges = parse_subuid(*text, p.name, p.uid, subf.value);
-  if (!ranges) return std::move(ranges).take_error();
-  for (const IdRange& r : *ranges) {
+  // Every uid the user can map, as newuidmap grants them (core/subid.h): every
+  // line keyed by its name, its uid or a name sharing its uid.
+  auto ids = subid::read(subid::Kind::uid, subid::Owner{p.name, p.uid}, subf.value);
+  if (!ids) {
+    Error e = std::move(ids).take_error();
+    // The system's subid configuration is the operator's input, as the file is.
+    if (e.code == Errc::refused || e.code == Errc::parse) e.code = Errc::invalid_argument;
+    return e;
+  }
+  for (const IdRange& r : ids->ranges) {
     if (r.lo <= p.uid && p.uid <= r.hi) {
       return make_error(Errc::invalid_argument,
                         "{}: the subuid range {}-{} of '{}' contains its own uid {} — give the "
@@ -270,7 +276,7 @@ Result<Principal> resolve_principal(const Sourced<UserRef>& who, const Sourced<s
                         subf.value, r.lo, r.hi, p.name, p.uid);
     }
   }
-  p.subuids = std::move(*ranges);
+  p.subuids = std::move(ids->ranges);
   return p;
 }
 
@@ -498,6 +504,12 @@ Result<void> apply_flags(Settings& s, Wall wall, const Flags& f) {
       return ok();
   }
   return ok();
+}
+
+Result<Principal> walled_principal(const Settings& s, const Env& env) {
+  auto who = pick_user(s.machine.user, env);
+  if (!who) return std::move(who).take_error();
+  return resolve_principal(*who, pick_subuid_file(s.machine.subuid_file, std::nullopt));
 }
 
 Result<MachineSpec> machine_spec(const Settings& s, const Env& env) {

@@ -134,6 +134,11 @@ Result<MachineSpec> machine_spec(const Settings& s, const Env& env);
 Result<GuardSpec> guard_spec(const Settings& s, const Env& env);
 Result<HostSpec> host_spec(const Settings& s, const Env& env);
 
+// The walled principals alone: [machine]'s user and subuid_file (or the
+// flags), resolved as machine_spec resolves them. What `fy-wall render
+// principals` prints, for the forwarder's walled_uids and fy-novsock.
+Result<Principal> walled_principal(const Settings& s, const Env& env);
+
 // The defaults of the resolvers, from a resolv.conf text: the machine wall
 // takes its IPv4 nameservers that are not loopback (else kLimaResolver); the
 // host wall takes every nameserver (else 127.0.0.1, libc's default).

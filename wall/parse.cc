@@ -260,49 +260,6 @@ Result<UserRef> parse_user(std::string_view s) {
   return UserRef{false, 0, std::string(s)};
 }
 
-Result<std::vector<IdRange>> parse_subuid(std::string_view text, std::string_view name,
-                                          uint32_t uid, std::string_view path) {
-  std::string uid_str = std::to_string(uid);
-  size_t line_no = 0;
-  while (!text.empty()) {
-    ++line_no;
-    size_t nl = text.find('\n');
-    std::string_view line = text.substr(0, nl);
-    text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    size_t c1 = line.find(':');
-    if (c1 == std::string_view::npos) continue;
-    std::string_view login = line.substr(0, c1);
-    if (login != uid_str && (name.empty() || login != name)) continue;
-    // The first line for this user decides, as shadow-utils and the reference do.
-    std::string_view rest = line.substr(c1 + 1);
-    size_t c2 = rest.find(':');
-    auto start = c2 == std::string_view::npos ? std::nullopt : parse_u64(rest.substr(0, c2));
-    auto count = c2 == std::string_view::npos ? std::nullopt : parse_u64(rest.substr(c2 + 1));
-    if (!start || !count) {
-      return make_error(Errc::invalid_argument,
-                        "{}:{}: the line for {} is not LOGIN:START:COUNT — fix the line "
-                        "(usermod --add-subuids) or remove it",
-                        path, line_no, shown(login));
-    }
-    if (*count == 0) return std::vector<IdRange>{};
-    if (*start == 0) {
-      return make_error(Errc::invalid_argument,
-                        "{}:{}: the subuid range of {} starts at uid 0 — walling it would wall "
-                        "root; give the user a range above its own uid",
-                        path, line_no, shown(login));
-    }
-    uint64_t last = *start + *count - 1;
-    if (*start > 0xfffffffeULL || *count > 0xfffffffeULL || last > 0xfffffffeULL) {
-      return make_error(Errc::invalid_argument,
-                        "{}:{}: the subuid range of {} passes the largest uid (4294967294)", path,
-                        line_no, shown(login));
-    }
-    return std::vector<IdRange>{{static_cast<uint32_t>(*start), static_cast<uint32_t>(last)}};
-  }
-  return std::vector<IdRange>{};
-}
-
 Result<std::string> parse_vm_name(std::string_view s) {
   if (s.empty() || s.size() > 64) {
     return make_error(Errc::invalid_argument,

@@ -42,14 +42,6 @@ struct UserRef {
 };
 Result<UserRef> parse_user(std::string_view s);
 
-// The first line of an /etc/subuid text (LOGIN:START:COUNT) whose LOGIN is
-// `name` or the decimal `uid`, as shadow-utils and the reference read it.
-// No such line, or COUNT 0: no ranges. A matching line that is malformed, or
-// a range that would include uid 0 or pass 2^32-2, is refused naming
-// `path`:line.
-Result<std::vector<IdRange>> parse_subuid(std::string_view text, std::string_view name,
-                                          uint32_t uid, std::string_view path);
-
 // A VM name: 1..64 printable ASCII characters, no spaces or quotes.
 Result<std::string> parse_vm_name(std::string_view s);
 // The reference's table name: "fy_host_wall_" + the name with every

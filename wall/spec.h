@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "core/subid.h"
+
 namespace fy::wall {
 
 // An inclusive port range; lo == hi for one port. Always 1 <= lo <= hi <= 65535.
@@ -16,12 +18,8 @@ struct PortRange {
   bool operator==(const PortRange&) const = default;
 };
 
-// An inclusive uid range.
-struct IdRange {
-  uint32_t lo = 0;
-  uint32_t hi = 0;
-  bool operator==(const IdRange&) const = default;
-};
+// An inclusive uid range (core/subid.h's).
+using IdRange = fy::subid::Range;
 
 // An IPv4 prefix; `net` is in host byte order with no host bits set.
 struct Cidr4 {
@@ -30,12 +28,13 @@ struct Cidr4 {
   bool operator==(const Cidr4&) const = default;
 };
 
-// The walled principals: the VM user and its /etc/subuid range (every rootless
-// container's uids). Never contains uid 0.
+// The walled principals: the VM user and every uid it can map (its /etc/subuid
+// ranges, as core/subid.h reads them: every rootless container's uids).
+// Never contains uid 0.
 struct Principal {
   uint32_t uid = 0;
   std::string name;              // from the passwd database
-  std::vector<IdRange> subuids;  // empty when the user has no /etc/subuid line
+  std::vector<IdRange> subuids;  // sorted, disjoint; empty when the user has none
   // The uid first, then the subuid ranges: what `meta skuid` and the policy
   // routes' uidrange match.
   std::vector<IdRange> ranges() const;

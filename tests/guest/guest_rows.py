@@ -40,6 +40,7 @@ U = n.WALLED_UID
 SUB = n.SUBUID_START + 11
 OTHER = n.OTHER_UID
 KFAM = os.path.join(HERE, "kfam.py")
+MCAST = os.path.join(HERE, "mcast.py")
 VSOCK_PORT = 4747
 PUB2 = "203.0.113.11"  # the controls' destination (a second address of public)
 OUT = {}
@@ -138,6 +139,14 @@ def main():
     OUT["kernel"] = os.uname().release
     with open("/etc/subuid", "w") as f:
         f.write(f"{n.WALLED_NAME}:{n.SUBUID_START}:{n.SUBUID_COUNT}\n")
+    # The walled user in the guest's own passwd (the guest runs on an overlay):
+    # the fragment's `fy-novsock apply --user` reads it, with /etc/subuid, as
+    # fy-wall does.
+    with open("/etc/passwd") as f:
+        known = f.read()
+    if f"\n{n.WALLED_NAME}:" not in known:
+        with open("/etc/passwd", "a") as f:
+            f.write(f"{n.WALLED_NAME}:x:{U}:{U}::/nonexistent:/bin/sh\n")
 
     # 1. Before provisioning.
     OUT["modules_at_boot"] = loaded()
@@ -295,6 +304,37 @@ def main():
     rows["sctp"] = {"public": under("fy-wall", lambda d: exotic(U, "sctp", d, 443, ns=g)),
                     "resolver": under("fy-wall", lambda d: exotic(U, "sctp", t.GW, 53, ns=g)),
                     "root_public": under("fy-wall", lambda d: exotic(0, "sctp", d, 443, ns=g))}
+    # Multicast memberships with chosen sources (issue 26, part 3): under
+    # fy-wall, with fy-novsock attached (step 3 left it so), the walled uid's
+    # joins; another uid's; and the walled uid's again with fy-novsock removed
+    # (the control). The host end of the guest's veth is captured each time.
+    say("multicast")
+    fy_wall()
+    nv = "/usr/local/bin/fy-novsock"
+
+    def dev_with(ns, addr):
+        out = n.in_ns(ns, "ip", "-o", "-4", "addr", "show").stdout
+        return next(l.split()[1] for l in out.splitlines() if f" {addr}/" in l)
+
+    gdev, hdev = dev_with(g, t.GUEST), dev_with(t.host, t.GW)
+
+    def mjoin(uid):
+        cap = subprocess.Popen(n.nsexec(t.host, n.PY, MCAST, "capture", hdev, 4),
+                               stdout=subprocess.PIPE, text=True)
+        time.sleep(0.5)
+        j = run(*n.nsexec(g, "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+                          n.PY, MCAST, "join", gdev, t.GUEST, 2.5))
+        out, _ = cap.communicate(timeout=60)
+        try:
+            answers = json.loads(j.stdout.strip().splitlines()[-1])
+        except (IndexError, json.JSONDecodeError):
+            answers = {"error": j.stderr[-500:]}
+        return {"answers": answers, "seen": json.loads(out)}
+
+    OUT["mcast"] = {"walled": mjoin(U), "other": mjoin(OTHER),
+                    "status": run(nv, "status").stdout.strip()}
+    run(nv, "remove")
+    OUT["mcast"]["walled_without"] = mjoin(U)
     print(json.dumps(OUT), flush=True)
 
 

@@ -38,7 +38,7 @@ import fyguest  # noqa: E402
 BUILD = os.environ.get("FY_BUILD_DIR") or os.path.join(ROOT, "build")
 RENDER_BOOT = os.path.join(BUILD, "subprojects", "fy-machine", "tests", "fy-machine-render-boot")
 SHIP = [("tests/wall", f) for f in ("fywnet.py", "exotic.py", "probe.py", "serve.py",
-                                    "resolv.conf")] + \
+                                    "resolv.conf", "mcast.py")] + \
        [("tests/guest", f) for f in ("guest_rows.py", "kfam.py")] + \
        [("tests/lib", f) for f in ("fyproc.py",  # fywnet's sh/alive helpers
                                    "fynet.py")]  # its netns/veth/cgroup primitives
@@ -255,6 +255,34 @@ class GuestWall(unittest.TestCase):
         self.assertEqual((g["rc"], g["walled"]["outcome"], g["status_rc"]), (0, "ok", 1), g)
         a = R["novsock_again"]
         self.assertEqual((a["rc"], a["walled"]["errno"]), (0, "EPERM"), a)
+
+    # ---- multicast memberships (issue 26, part 3) ----
+
+    def test_multicast_memberships_carry_no_chosen_bytes(self):
+        """With fy-novsock attached, every membership option of the walled
+        uid fails with EPERM and the link peer sees no report naming its
+        chosen sources ("fy-chosen-bytes!" as four IPv4 sources and one
+        IPv6 source); another uid still joins and is reported; with fy-novsock
+        removed (the control, and fy-novsock as on main), the walled uid's
+        reports carry the chosen bytes."""
+        chosen = {"102.121.45.99", "104.111.115.101", "110.45.98.121", "116.101.115.33",
+                  "6679:2d63:686f:7365:6e2d:6279:7465:7321"}
+        m = R["mcast"]
+
+        def sources(rec):
+            return {s for r in rec["seen"]["reports"] for s in r["sources"]}
+
+        self.assertEqual(set(m["walled"]["answers"].values()), {"EPERM"}, m["walled"])
+        self.assertFalse(m["walled"]["seen"]["marker"], m["walled"])
+        self.assertFalse(sources(m["walled"]) & chosen, m["walled"])
+        self.assertEqual(set(m["other"]["answers"].values()), {"ok"}, m["other"])
+        self.assertTrue(chosen - {"6679:2d63:686f:7365:6e2d:6279:7465:7321"} <=
+                        sources(m["other"]), m["other"])
+        self.assertRegex(m["status"], r"and [1-9]\d* membership change")
+        w = m["walled_without"]
+        self.assertEqual(set(w["answers"].values()), {"ok"}, w)
+        self.assertTrue(w["seen"]["marker"], w)
+        self.assertTrue(chosen <= sources(w), w)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ os.environ.setdefault("FY_WALL_RESOLV_CONF", os.path.join(HERE, "resolv.conf"))
 # (bind-mounted over /etc/passwd in a private mount namespace), so the
 # machine's own passwd database is never touched.
 WALLED_NAME = "fywalice"
+WALLED_ALIAS = "fywalias"
 WALLED_UID = 4242
 SUBUID_START, SUBUID_COUNT = 100000, 65536
 OTHER_UID = 4343  # a user who is not walled
@@ -333,6 +334,9 @@ class Identity:
             f.write(base)
             f.write(f"{WALLED_NAME}:x:{WALLED_UID}:{WALLED_UID}::/nonexistent:/bin/sh\n")
             f.write(f"{VM_NAME}:x:{VM_UID}:{VM_UID}::/nonexistent:/usr/sbin/nologin\n")
+            # A second login name of the same uid: shadow's newuidmap takes its
+            # subuid lines as the user's too (test_subid.py, test_render.py).
+            f.write(f"{WALLED_ALIAS}:x:{WALLED_UID}:{WALLED_UID}::/nonexistent:/bin/sh\n")
         os.chmod(self.passwd, 0o644)
         self.subuid = os.path.join(self.dir, "subuid")
         with open(self.subuid, "w") as f:
@@ -340,15 +344,23 @@ class Identity:
                 f.write(f"{WALLED_NAME}:{SUBUID_START}:{SUBUID_COUNT}\n")
         os.chmod(self.subuid, 0o644)
 
-    def fy_wall(self, ns, *args, timeout=60, env=None):
+    def fy_wall(self, ns, *args, timeout=60, env=None, binds=()):
         """Runs fy-wall (in `ns`, or in no particular namespace when None)
-        seeing the test's passwd file as /etc/passwd."""
-        inner = [FY_WALL, *map(str, args)]
+        seeing the test's passwd file as /etc/passwd, and each (file, over)
+        of `binds` bind-mounted over `over` (e.g. an nsswitch.conf)."""
+        return self.run_as_system(ns, FY_WALL, *args, timeout=timeout, env=env, binds=binds)
+
+    def run_as_system(self, ns, *cmd, timeout=60, env=None, binds=(), input=None):
+        """Runs `cmd` in a private mount namespace where the test's passwd
+        file is /etc/passwd (and `binds` are mounted), in `ns` if given."""
+        inner = list(map(str, cmd))
         if ns:
             inner = nsexec(ns, *inner)
-        cmd = ["unshare", "-m", "--propagation", "private", "sh", "-c",
-               'mount --bind "$0" /etc/passwd && exec "$@"', self.passwd, *inner]
-        return sh(*cmd, check=False, timeout=timeout, env=env)
+        mounts = "".join(f'mount --bind "{src}" "{dst}" && ' for src, dst in binds)
+        script = 'mount --bind "$0" /etc/passwd && ' + mounts + 'exec "$@"'
+        full = ["unshare", "-m", "--propagation", "private", "sh", "-c", script,
+                self.passwd, *inner]
+        return sh(*full, check=False, timeout=timeout, env=env, input=input)
 
 
 def status_denied(stdout):

@@ -475,8 +475,9 @@ class Escapes(unittest.TestCase):
         self.assertGreater(reports, 0, "no IGMP report reached the link")
         self.assertEqual(self.arrived(self.t.pub), seen)
         record("join a multicast group: the kernel reports it (IGMP, no socket file)",
-               f"passes, by design: {reports} IGMP report(s) on the link (TTL 1, the group "
-               "address chosen: 28 bits a join, link-local only); nothing beyond the gateway",
+               f"passes the machine wall alone: {reports} IGMP report(s) on the link (TTL 1, "
+               "the group address chosen: 28 bits a join, link-local only); fy-novsock refuses "
+               "the join itself (wall_multicast, row 118)",
                True)
 
     # ---- protocols and options (E42-E50) ----

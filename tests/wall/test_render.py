@@ -133,11 +133,14 @@ class Golden(unittest.TestCase):
         self.assertIn("removed inet fy_host_wall_my_vm_2", r.stdout)
         self.assertNotIn("fy_host_wall", n.in_ns(ns, "nft", "list", "tables").stdout)
 
-    def test_subuid_first_line_wins_and_absent_means_uid_only(self):
-        both = "meta skuid 4242 jump walled\n\t\tmeta skuid 100000-165535 jump walled\n"
+    def test_every_subuid_line_is_walled_and_absent_means_uid_only(self):
+        """golden/subuid gives fywalice two lines: both ranges are walled, in
+        the inet and the ip6 table (main walled the first line only)."""
+        both = ("meta skuid 4242 jump walled\n\t\tmeta skuid 100000-165535 jump walled\n"
+                "\t\tmeta skuid 300000-365535 jump walled\n")
         r = self.render("machine-subuid", "machine", "subuid")
         self.assertEqual(r.stdout.count(both), 2)  # inet and ip6
-        self.assertNotIn("300000", r.stdout)
+        self.assertNotIn("200000", r.stdout)  # someoneelse's
         for subuid in ("subuid-none", "/nonexistent/subuid"):
             with self.subTest(subuid=subuid):
                 r = self.ident.fy_wall(None, "render", "machine", "--config",
@@ -149,6 +152,54 @@ class Golden(unittest.TestCase):
                                  1)
                 self.assertEqual(r.stdout.count("meta skuid 4242 jump walled\n\t}"), 1)
                 self.assertNotIn("100000", r.stdout)
+
+    def principals(self, text, binds=()):
+        path = os.path.join(self.ident.dir, "subuid-case")
+        with open(path, "w") as f:
+            f.write(text)
+        return self.ident.fy_wall(None, "render", "principals", "--user", "fywalice",
+                                  "--subuid-file", path, binds=binds)
+
+    def test_every_line_by_name_uid_or_shared_uid_counts(self):
+        """What newuidmap maps (tests/wall/test_subid.py holds the two to each
+        other): every line keyed by the name, the decimal uid, or another login
+        name of the same uid; a zero COUNT grants nothing and hides nothing."""
+        for text, want in (
+                ("fywalice:100000:65536\nfywalice:300000:65536\n",
+                 "4242,100000-165535,300000-365535"),
+                ("fywalice:100000:65536\n4242:300000:65536\n", "4242,100000-165535,300000-365535"),
+                ("fywalice:100000:0\nfywalice:300000:65536\n", "4242,300000-365535"),
+                ("fywalice:100000:0\n", "4242"),
+                ("fywalias:500000:10\n", "4242,500000-500009"),
+                ("fywalice:100000\nfywalice:200000:5\r\n# x\n\n", "4242"),
+                ("fywalice:0x186a0:0x10000\n", "4242,100000-165535")):
+            with self.subTest(text=text):
+                r = self.principals(text)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertEqual(r.stdout, want + "\n")
+        r = self.ident.fy_wall(None, "render", "machine", "--config",
+                               os.path.join(GOLDEN, "machine-subuid.toml"), "--subuid-file",
+                               os.path.join(self.ident.dir, "subuid-case"))
+        self.assertIn("+subuid 100000-165535", r.stdout)
+
+    def test_nss_subid_is_refused(self):
+        """With `subid:` naming a module in nsswitch.conf newuidmap does not
+        read the files: fy-wall refuses to wall them as if it did."""
+        ns = os.path.join(self.ident.dir, "nsswitch.conf")
+        with open("/etc/nsswitch.conf") as f:
+            base = f.read()
+        with open(ns, "w") as f:
+            f.write(base + "subid: sss\n")
+        r = self.principals("fywalice:100000:65536\n", binds=((ns, "/etc/nsswitch.conf"),))
+        self.assertEqual(r.returncode, 3, r.stdout + r.stderr)
+        self.assertIn("/etc/nsswitch.conf:", r.stderr)
+        self.assertIn("'subid: sss'", r.stderr)
+        self.assertIn("libsubid_sss.so", r.stderr)
+        self.assertIn("set 'subid: files'", r.stderr)
+        with open(ns, "w") as f:
+            f.write(base + "subid: files\n")
+        r = self.principals("fywalice:100000:65536\n", binds=((ns, "/etc/nsswitch.conf"),))
+        self.assertEqual((r.returncode, r.stdout), (0, "4242,100000-165535\n"), r.stderr)
 
     def test_resolver_defaults_come_from_resolv_conf(self):
         """The machine wall's DNS goes to the VM's own resolver: resolv.conf's
@@ -358,13 +409,14 @@ class Refusals(unittest.TestCase):
                     "/nonexistent/fy.toml does not exist")
 
     def test_subuid_problems_name_the_file_line(self):
-        bad = self.config("fywalice:100000\n")
-        self.refuse(3, self.machine("--subuid-file", bad), f"{bad}:1:",
-                    "is not LOGIN:START:COUNT")
         own = self.config("fywalice:4000:1000\n")
         self.refuse(3, self.machine("--subuid-file", own), "contains its own uid 4242")
-        zero = self.config("4242:0:10\n")
-        self.refuse(3, self.machine("--subuid-file", zero), "starts at uid 0")
+        zero = self.config("x\n4242:0:10\n")
+        self.refuse(3, self.machine("--subuid-file", zero), f"{zero}:2:", "id 0 (root)")
+        every = self.config("fywalice:0:0\n")
+        self.refuse(3, self.machine("--subuid-file", every), f"{every}:1:", "every id")
+        nul = self.config("fywalice:1\0:2\n")
+        self.refuse(3, self.machine("--subuid-file", nul), f"{nul}:1:", "NUL byte")
 
     def test_host_values(self):
         base = ["render", "host", "--vm", "dev", "--ports", "41000-41199"]

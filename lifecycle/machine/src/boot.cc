@@ -92,11 +92,12 @@ install -d -m0700 /var/lib/fy-forwarder
 install -d -m0755 /etc/fy
 (umask 077 && printf '%s\n' @@FORWARDER_KEY@@ >/var/lib/fy-forwarder/forwarder.key.tmp)
 mv /var/lib/fy-forwarder/forwarder.key.tmp /var/lib/fy-forwarder/forwarder.key
-subuids=$(awk -F: -v u="$user" -v i="$uid" '($1 == u || $1 == i) && $3 > 0 { printf "%d-%d", $2, $2 + $3 - 1; exit }' /etc/subuid || true)
-walled="\"$uid\""
-if [ -n "$subuids" ]; then
-  walled="$walled, \"$subuids\""
-fi
+# The walled uids: the VM user's and every range newuidmap would grant it, as
+# fy-wall's one reader (core/subid.h) reads the subordinate uids: every line by name,
+# uid or a name sharing the uid. It refuses NSS subid and a grant of root,
+# which fails this boot (no state file).
+walled=$("$wall" render principals --user "$user")
+walled="\"${walled//,/\", \"}\""
 # The VM user's rootless bridge namespace, which the forwarder and fy-dnsfwd
 # follow (docs/fy-machine.md, "The bridge namespace"). Rootless podman binds
 # it inside its own mount namespace, the pause process's, where it never
@@ -369,14 +370,15 @@ constexpr std::string_view kKernelClosures = R"__(
 # 1b. The kernel closures. The socket families a dev box never needs may not
 # load (fy-wall's modprobe.d file: socket() of them fails, an explicit
 # modprobe too; a module loaded before this boot's provisioning stays), and
-# AF_VSOCK is refused to the VM user and all its subuids by a BPF-LSM program
-# on socket_create (fy-novsock, pinned: it stays after the command exits).
+# AF_VSOCK and multicast memberships are refused to the VM user and every uid
+# it can map (fy-novsock reads them as fy-wall does, core/subid.h) by BPF-LSM
+# programs on socket_create and socket_setsockopt (pinned: they stay after the
+# command exits).
 # Root and the guest agent keep vsock (Lima's vz driver carries the agent).
 install -d -m0755 /etc/modprobe.d
 @@WALL_BIN@@ render families >/etc/modprobe.d/fy-wall-families.conf.tmp
 mv /etc/modprobe.d/fy-wall-families.conf.tmp /etc/modprobe.d/fy-wall-families.conf
-novsock_uids=$(awk -F: -v u="$user" -v i="$uid" '($1 == u || $1 == i) && $3 > 0 { printf ",%d-%d", $2, $2 + $3 - 1 }' /etc/subuid 2>/dev/null || true)
-@@NOVSOCK_BIN@@ apply --uids "$uid$novsock_uids"
+@@NOVSOCK_BIN@@ apply --user "$user"
 @@NOVSOCK_BIN@@ status
 )__";
 

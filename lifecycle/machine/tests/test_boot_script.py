@@ -133,6 +133,28 @@ class Boot(unittest.TestCase):
             self.skipTest("FY_FORWARDER_BIN is unset (fy-machine built alone, no fy-forwarder); "
                           "the band was checked, --check-config was not run")
 
+    def test_the_walled_uids_come_from_fy_walls_one_reader(self):
+        """Neither the forwarder's walled_uids nor fy-novsock's ranges are read
+        with awk: both come from core/subid's reader (`fy-wall render
+        principals`, `fy-novsock apply --user`), which takes every line of
+        /etc/subuid that newuidmap does (issue 26). The forwarder list is the
+        reader's output made TOML strings, every range of it."""
+        text, _ = render(41000)
+        self.assertNotIn("/etc/subuid", text)
+        self.assertIn('walled=$("$wall" render principals --user "$user")', text)
+        self.assertIn('apply --user "$user"', text)
+        start = text.index('walled=$("$wall" render principals')
+        lines = text[start:text.index("\n", text.index("\n", start) + 1) + 1]
+        stub = os.path.join(self.d, "fy-wall-stub")
+        with open(stub, "w") as f:
+            f.write("#!/bin/sh\necho 1000,100000-165535,300000-365535\n")
+        os.chmod(stub, 0o755)
+        r = subprocess.run([shutil.which("bash"), "-euc",
+                            'wall="$1"; user=alice\n' + lines + 'printf "%s" "$walled"', "x", stub],
+                           capture_output=True, text=True, check=True)
+        self.assertEqual(tomllib.loads("w = [%s]" % r.stdout)["w"],
+                         ["1000", "100000-165535", "300000-365535"])
+
     def test_the_bridge_namespace_is_podmans_own(self):
         """The forwarder follows the rootless bridge namespace where the podman
         installed binds it, looked up in its pause process's mount namespace:

@@ -180,7 +180,9 @@ TEST_CASE("the boot script's kernel closures: the families file and fy-novsock, 
   std::string k = render_kernel_closures(s);
   CHECK(k.find("'/opt/fy wall' render families >/etc/modprobe.d/fy-wall-families.conf.tmp\n") !=
         std::string::npos);
-  CHECK(k.find("'/opt/novsock' apply --uids \"$uid$novsock_uids\"\n") != std::string::npos);
+  // the user and every uid it can map, read as fy-wall reads them (core/subid.h)
+  CHECK(k.find("'/opt/novsock' apply --user \"$user\"\n") != std::string::npos);
+  CHECK(k.find("/etc/subuid") == std::string::npos);
   CHECK(k.find("@@") == std::string::npos);
   auto a = render_boot(s);
   size_t at = a.script.find(k);

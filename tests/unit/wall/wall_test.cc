@@ -9,6 +9,7 @@
 #include <string>
 
 #include "wall/config.h"
+#include "wall/coverage.h"
 #include "wall/dns.h"
 #include "wall/parse.h"
 #include "wall/render.h"
@@ -88,22 +89,51 @@ TEST_CASE("users: names and uids") {
   CHECK_FALSE(parse_user("4294967295").ok());
 }
 
-TEST_CASE("subuid: the first line for the name or the uid decides") {
-  const char* text = "bob:1:2\nalice:100000:65536\n1000:200000:10\nalice:300000:5\n";
-  auto r = parse_subuid(text, "alice", 1000, "/etc/subuid");
-  REQUIRE(r.ok());
-  REQUIRE(r->size() == 1);
-  CHECK((*r)[0] == IdRange{100000, 165535});
-  r = parse_subuid(text, "carol", 1000, "/etc/subuid");  // keyed by uid
-  CHECK((*r)[0] == IdRange{200000, 200009});
-  CHECK(parse_subuid(text, "dave", 7, "f")->empty());
-  CHECK(parse_subuid("alice:5:0\n", "alice", 1, "f")->empty());
-  CHECK(parse_subuid("", "alice", 1, "f")->empty());
-  CHECK(err(parse_subuid("x\nalice:5\n", "alice", 1, "/s").error()).find("/s:2:") == 0);
-  CHECK(err(parse_subuid("alice:0:5\n", "alice", 1, "/s").error()).find("uid 0") !=
-        std::string::npos);
-  CHECK_FALSE(parse_subuid("alice:4294967290:100\n", "alice", 1, "/s").ok());
-  CHECK(parse_subuid("alice:10:5\r\n", "alice", 1, "/s")->at(0) == IdRange{10, 14});
+TEST_CASE("coverage: every place the rendering keys on the walled uids, held to the live one") {
+  MachineSpec m;
+  m.walled = Principal{4242, "fywalice", {{100000, 165535}, {300000, 365535}}};
+  m.gateway = *parse_ipv4("192.168.5.2");
+  m.ports = *parse_ports("41000-41089");
+  m.resolvers = *parse_cidrs("192.168.5.2");
+  m.forward_allow = *parse_cidrs(kPrivateRanges);
+  m.dns_forwarder = *parse_ipv4("127.42.0.53");
+  const std::string both = render_machine(m);
+  auto places = skuid_places(both);
+  // output's jump in inet and ip6 (one key: the same text), dns_redirect's udp and tcp.
+  REQUIRE(places.size() == 3);
+  CHECK(places.count("chain output: meta skuid * jump walled") == 1);
+  CHECK(places["chain output: meta skuid * jump walled"].size() == 6);
+  // The "anyone else" rule is no place.
+  for (const auto& [k, v] : places) CHECK(k.find("accept") == std::string::npos);
+  CHECK(skuid_gaps(m.walled.ranges(), both, both).empty());
+  // A wall applied before the second line: that range is missing everywhere.
+  MachineSpec first = m;
+  first.walled.subuids.pop_back();
+  auto gaps = skuid_gaps(m.walled.ranges(), both, render_machine(first));
+  REQUIRE(gaps.size() == 3);
+  for (const Gap& g : gaps) CHECK(g.missing == std::vector<IdRange>{{300000, 365535}});
+  // A place the live table lacks misses every walled uid.
+  MachineSpec plain = m;
+  plain.dns_forwarder = 0;
+  gaps = skuid_gaps(m.walled.ranges(), both, render_machine(plain));
+  REQUIRE(gaps.size() == 2);
+  CHECK(gaps[0].missing.size() == 3);
+
+  GuardSpec g;
+  g.walled = m.walled;
+  g.gateway = m.gateway;
+  g.ports = *parse_ports("41000-41089,41100-41189");
+  g.listener = *parse_ipv4(kDefaultListener);
+  g.route_table = kDefaultRouteTable;
+  g.rule_priority = kDefaultRulePriority;
+  GuardSpec gfirst = g;
+  gfirst.walled.subuids.pop_back();
+  CHECK(skuid_places(render_guard(g)).size() == 6);  // nat per band, tcp and udp refusals
+  CHECK(skuid_gaps(g.walled.ranges(), render_guard(g), render_guard(gfirst)).size() == 6);
+  auto rg = rule_gaps(g.walled.ranges(), guard_rules(g), guard_rules(gfirst));
+  REQUIRE(rg.size() == 2);
+  CHECK(rg[0].missing == std::vector<IdRange>{{300000, 365535}});
+  CHECK(rule_gaps(g.walled.ranges(), guard_rules(g), guard_rules(g)).empty());
 }
 
 TEST_CASE("host wall names: nft-safe table, cgroup paths and levels") {
