@@ -337,9 +337,7 @@ Env Env::from_process() {
     fclose(f);
   }
   e.resolve_vm_user = [](const UserRef& u, const std::string& where) -> Result<VmUser> {
-    auto src = VmUserSources::from_system();
-    if (!src) return std::move(src).take_error();
-    return fy::wall::resolve_vm_user(u, where, *src);
+    return fy::wall::resolve_vm_user(u, where, VmUserSources::from_system());
   };
   for (const char* root : {"/sys/fs/cgroup/unified/", "/sys/fs/cgroup/"}) {
     struct stat st;

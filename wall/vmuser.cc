@@ -5,16 +5,12 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
-#include <fstream>
 
 #include "core/text.h"
 
 namespace fy::wall {
 namespace {
-
-constexpr size_t kMaxFileBytes = 16 << 20;
 
 std::vector<std::string_view> lines_of(std::string_view t) {
   std::vector<std::string_view> v;
@@ -28,67 +24,55 @@ std::vector<std::string_view> lines_of(std::string_view t) {
   return v;
 }
 
-// The file at `path`, or "" when it does not exist; an error when it exists
-// and cannot be read (it could hold a line for the user).
-Result<std::string> read_or_absent(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    if (errno == ENOENT) return std::string();
-    return make_error(Errc::io, "{} cannot be read: {} — check its permissions", path,
-                      strerror(errno));
-  }
-  std::string out;
-  char buf[65536];
-  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
-    out.append(buf, static_cast<size_t>(in.gcount()));
-    if (out.size() > kMaxFileBytes)
-      return make_error(Errc::too_large, "{} is over 16 MiB; is it the right file?", path);
-  }
-  return out;
-}
-
-std::string env_or(const char* name, const char* fallback) {
-  const char* v = getenv(name);
-  return v && *v ? v : fallback;
-}
-
 PasswdEntry entry_of(const passwd& pw) {
   return PasswdEntry{pw.pw_name ? pw.pw_name : "", pw.pw_uid, pw.pw_gid};
 }
 
-// The first and last id of the line's range, for the message ("" when the
-// line is not LOGIN:START:COUNT).
-std::string range_of_line(std::string_view text, size_t line_no) {
-  auto lines = lines_of(text);
-  if (line_no == 0 || line_no > lines.size()) return "";
-  auto parts = split_list(lines[line_no - 1], ':');
-  if (parts.size() != 3) return "";
-  auto start = parse_u64(parts[1]);
-  auto count = parse_u64(parts[2]);
-  if (!start || !count || *count == 0) return "";
-  return fmt::format(" {}-{}", *start, *start + *count - 1);
-}
-
-Result<void> refuse_subids(std::string_view kind, const std::string& path, std::string_view text,
+// Refuses every line of the subuid (subgid) file keyed to the VM user, as
+// core/subid reads the file after nsswitch.conf: a VM user needs none, since
+// the host wall matches its own uid and gid alone.
+Result<void> refuse_subids(subid::Kind kind, const std::string& path, const VmUserSources& src,
                            const PasswdEntry& e) {
-  auto lines = subid_lines_naming(text, e.name, e.uid);
-  if (lines.empty()) return ok();
-  std::string where = fmt::format("{}:{}", path, lines.front());
-  for (size_t i = 1; i < lines.size(); ++i) where += fmt::format(",{}", lines[i]);
-  const std::string range = range_of_line(text, lines.front());
-  const std::string how =
-      range.empty() ? "" : fmt::format(" (usermod --del-sub{}s{} {})", kind, range, e.name);
+  const char* word = kind == subid::Kind::uid ? "uid" : "gid";
+  const char* mapper = kind == subid::Kind::uid ? "newuidmap" : "newgidmap";
+  if (!src.subids) return make_error(Errc::internal, "no reader of subordinate ids was given");
+  auto ids = src.subids(kind, subid::Owner{e.name, e.uid}, path);
+  if (!ids) {
+    Error err = std::move(ids).take_error();
+    if (err.code == Errc::io || err.code == Errc::too_large) return err;
+    // An NSS module (no list is bound to what it grants), a grant of id 0, a
+    // NUL byte: the operator's configuration, which leaves the VM user's
+    // subordinate ids unknown or some.
+    return make_error(Errc::invalid_argument,
+                      "{} — the host wall's VM user '{}' must have no subordinate {}s, and "
+                      "fy-wall cannot tell that it has none",
+                      err.message, e.name, word);
+  }
+  if (ids->keyed_lines.empty()) return ok();
+  std::string where = fmt::format("{}:{}", path, ids->keyed_lines.front());
+  for (size_t i = 1; i < ids->keyed_lines.size(); ++i)
+    where += fmt::format(",{}", ids->keyed_lines[i]);
+  // usermod removes a line by its exact range; a line that grants nothing
+  // (COUNT 0, a number newuidmap cannot read) or past the largest id is
+  // removed by hand.
+  bool usermod = ids->grants.size() == ids->keyed_lines.size();
+  std::string how = " (usermod";
+  for (const subid::Grant& g : ids->grants) {
+    usermod = usermod && g.ids.lo == g.start && g.ids.hi == g.start + g.count - 1;
+    how += fmt::format(" --del-sub{}s {}-{}", word, g.ids.lo, g.ids.hi);
+  }
+  how = usermod ? how + fmt::format(" {})", e.name) : "";
   return make_error(
       Errc::invalid_argument,
       "{}: the VM user '{}' has subordinate {}s — {} lets it run processes as them in a user "
       "namespace, and the host wall matches only its own uid and gid: a VM user needs none; "
-      "remove every line naming '{}' or {}{}",
-      where, e.name, kind, kind == "uid" ? "newuidmap" : "newgidmap", e.name, e.uid, how);
+      "remove every line naming '{}' or {} (or another login name of uid {}){}",
+      where, e.name, word, mapper, e.name, e.uid, e.uid, how);
 }
 
 }  // namespace
 
-Result<VmUserSources> VmUserSources::from_system() {
+VmUserSources VmUserSources::from_system() {
   VmUserSources s;
   s.find = [](const UserRef& u) -> Result<std::optional<PasswdEntry>> {
     std::vector<char> buf(16384);
@@ -109,44 +93,10 @@ Result<VmUserSources> VmUserSources::from_system() {
     endpwent();
     return out;
   };
-  s.subuid_path = env_or("FY_WALL_SUBUID_FILE", "/etc/subuid");
-  s.subgid_path = env_or("FY_WALL_SUBGID_FILE", "/etc/subgid");
-  s.nsswitch_path = env_or("FY_WALL_NSSWITCH_CONF", "/etc/nsswitch.conf");
-  for (auto [path, text] :
-       {std::pair{&s.subuid_path, &s.subuid}, std::pair{&s.subgid_path, &s.subgid},
-        std::pair{&s.nsswitch_path, &s.nsswitch}}) {
-    auto t = read_or_absent(*path);
-    if (!t) return std::move(t).take_error();
-    *text = std::move(*t);
-  }
+  s.subids = [](subid::Kind kind, const subid::Owner& who, const std::string& path) {
+    return subid::read(kind, who, path);
+  };
   return s;
-}
-
-std::vector<size_t> subid_lines_naming(std::string_view text, std::string_view name, uint32_t uid) {
-  const std::string uid_str = std::to_string(uid);
-  std::vector<size_t> out;
-  size_t line_no = 0;
-  for (std::string_view line : lines_of(text)) {
-    ++line_no;
-    size_t c = line.find(':');
-    if (c == std::string_view::npos) continue;
-    std::string_view login = line.substr(0, c);
-    if (login == uid_str || (!name.empty() && login == name)) out.push_back(line_no);
-  }
-  return out;
-}
-
-std::string nsswitch_subid_sources(std::string_view text) {
-  std::string out;
-  for (std::string_view line : lines_of(text)) {
-    line = line.substr(0, line.find('#'));
-    line = trim_ows(line);
-    if (!line.starts_with("subid")) continue;
-    std::string_view rest = trim_ows(line.substr(5));
-    if (!rest.starts_with(":")) continue;
-    out = std::string(trim_ows(rest.substr(1)));  // the last line wins, as glibc's does
-  }
-  return out;
 }
 
 Result<VmUser> resolve_vm_user(const UserRef& who, const std::string& where,
@@ -190,16 +140,8 @@ Result<VmUser> resolve_vm_user(const UserRef& who, const std::string& where,
                         where, e.gid, e.name, o.name, o.uid);
     }
   }
-  FY_TRY(refuse_subids("uid", src.subuid_path, src.subuid, e));
-  FY_TRY(refuse_subids("gid", src.subgid_path, src.subgid, e));
-  if (std::string db = nsswitch_subid_sources(src.nsswitch); !db.empty()) {
-    return make_error(Errc::invalid_argument,
-                      "{}: 'subid: {}' — newuidmap and newgidmap ask that database for "
-                      "subordinate ids instead of {} and {}, and fy-wall cannot list what it "
-                      "grants the VM user '{}': remove the subid: line (the files are then "
-                      "used, and checked), or run the VM's host wall on a host without it",
-                      src.nsswitch_path, db, src.subuid_path, src.subgid_path, e.name);
-  }
+  FY_TRY(refuse_subids(subid::Kind::uid, src.subuid_path, src, e));
+  FY_TRY(refuse_subids(subid::Kind::gid, src.subgid_path, src, e));
   return VmUser{e.name, e.uid, e.gid};
 }
 

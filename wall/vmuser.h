@@ -9,8 +9,9 @@
 // Resolving the user refuses an account that is not dedicated to the VM:
 // uid or gid 0, a primary group another account shares, any subordinate id
 // (newuidmap/newgidmap would let it run processes as ids the wall does not
-// match), a subid database fy-wall cannot read. The checks are pure over the
-// sources handed in; VmUserSources::from_system reads the real ones.
+// match, read by core/subid.h, the one reader), a subid database no list is
+// bound to. The checks are pure over the sources handed in;
+// VmUserSources::from_system reads the real ones.
 #pragma once
 
 #include <sys/types.h>
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "core/result.h"
+#include "core/subid.h"
 #include "wall/parse.h"
 #include "wall/spec.h"
 
@@ -43,33 +45,26 @@ struct VmUserSources {
   // Every entry the database lists (getpwent; NSS sources that do not
   // enumerate list nothing), for the shared-group check.
   std::function<std::vector<PasswdEntry>()> all;
-  // The subordinate-id files and nsswitch.conf, as texts ("" when absent),
-  // with the paths the messages name.
-  std::string subuid_path, subuid;
-  std::string subgid_path, subgid;
-  std::string nsswitch_path, nsswitch;
+  // The owner's subordinate ids as newuidmap (kind uid) or newgidmap (kind
+  // gid) grants them, from the file at `path`: the one reader's, core/subid.h
+  // (its read() on the system, from_texts() over texts in the tests).
+  std::function<Result<subid::Subids>(subid::Kind, const subid::Owner&, const std::string& path)>
+      subids;
+  std::string subuid_path = subid::default_path(subid::Kind::uid);
+  std::string subgid_path = subid::default_path(subid::Kind::gid);
 
-  // The system's: NSS, /etc/subuid, /etc/subgid, /etc/nsswitch.conf (the
-  // files FY_WALL_SUBUID_FILE, FY_WALL_SUBGID_FILE, FY_WALL_NSSWITCH_CONF name
-  // instead, for the tests). An unreadable file (not an absent one) is an
-  // error: it could hold a line for the user.
-  static Result<VmUserSources> from_system();
+  // The system's: NSS, and /etc/subuid and /etc/subgid after
+  // /etc/nsswitch.conf, read when resolve_vm_user asks.
+  static VmUserSources from_system();
 };
-
-// The lines (1-based) of an /etc/subuid or /etc/subgid text whose LOGIN is
-// `name` or the decimal `uid`, whatever their START and COUNT: newuidmap and
-// newgidmap take every such line (shadow-utils' list_owner_ranges).
-std::vector<size_t> subid_lines_naming(std::string_view text, std::string_view name, uint32_t uid);
-
-// The sources after "subid:" in an nsswitch.conf text ("" when there is no
-// such line): when set, newuidmap asks that NSS module (libsubid) instead of
-// the files.
-std::string nsswitch_subid_sources(std::string_view text);
 
 // Resolves and checks the VM user named at `who.where`. Refuses (each
 // message says what to do): no passwd entry; uid 0; gid 0; a gid that is
-// another listed account's primary group; any line naming it in the subuid
-// or subgid file (`path:line`); a `subid:` line in nsswitch.conf.
+// another listed account's primary group; any line of the subuid or subgid
+// file keyed to it (its name, its uid or another name of its uid; any
+// COUNT: newuidmap reads every line), naming `path:line`; and whatever
+// core/subid refuses for it (`subid:` naming an NSS module in nsswitch.conf,
+// whose grants no list is bound to; a NUL byte).
 Result<VmUser> resolve_vm_user(const UserRef& who, const std::string& where,
                                const VmUserSources& src);
 

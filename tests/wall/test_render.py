@@ -436,11 +436,13 @@ class Refusals(unittest.TestCase):
         nsswitch.conf that fy-wall cannot list."""
         base = ["render", "host", "--vm", "dev", "--cgroup", "fy.slice/fy-machine-dev.slice",
                 "--ports", "41000-41199"]
-        none = {"FY_WALL_SUBUID_FILE": "/nonexistent", "FY_WALL_SUBGID_FILE": "/nonexistent",
-                "FY_WALL_NSSWITCH_CONF": "/nonexistent"}
 
-        def render(*extra, env=None):
-            return self.ident.fy_wall(None, *base, *extra, env={**none, **(env or {})})
+        def render(*extra, subuid="", subgid="", nsswitch="passwd: files\n"):
+            # fy-wall reads the system's files through core/subid, as newuidmap
+            # does; the test's stand in for them in its private mount namespace.
+            binds = ((self.config(subuid), "/etc/subuid"), (self.config(subgid), "/etc/subgid"),
+                     (self.config(nsswitch), "/etc/nsswitch.conf"))
+            return self.ident.fy_wall(None, *base, *extra, binds=binds)
 
         def refused(r, *needles):
             self.assertEqual(r.returncode, 3, r.stdout + r.stderr)
@@ -474,22 +476,37 @@ class Refusals(unittest.TestCase):
         finally:
             with open(self.ident.passwd, "w") as f:
                 f.write(passwd)
-        # Every line naming the user counts, by name or uid, whatever its count.
-        sub = self.config(f"other:100000:65536\n{n.VM_NAME}:200000:0\n")
-        refused(render("--user", n.VM_NAME, env={"FY_WALL_SUBUID_FILE": sub}),
-                f"{sub}:2: the VM user '{n.VM_NAME}' has subordinate uids", "newuidmap",
+        # Every line keyed to the user counts, by name, uid or another name of
+        # its uid, whatever its count (core/subid reads them as newuidmap does).
+        sub = f"other:100000:65536\n{n.VM_NAME}:200000:0\n"
+        refused(render("--user", n.VM_NAME, subuid=sub),
+                f"/etc/subuid:2: the VM user '{n.VM_NAME}' has subordinate uids", "newuidmap",
                 "a VM user needs none")
-        subg = self.config(f"{n.VM_UID}:300000:65536\n")
-        refused(render("--user", n.VM_NAME, env={"FY_WALL_SUBGID_FILE": subg}),
-                f"{subg}:1: the VM user '{n.VM_NAME}' has subordinate gids", "newgidmap",
+        refused(render("--user", n.VM_NAME, subuid=f"{n.VM_UID}:300000:65536\n"),
+                "/etc/subuid:1: ", f"usermod --del-subuids 300000-365535 {n.VM_NAME}")
+        refused(render("--user", n.VM_NAME, subgid=f"{n.VM_UID}:300000:65536\n"),
+                f"/etc/subgid:1: the VM user '{n.VM_NAME}' has subordinate gids", "newgidmap",
                 f"usermod --del-subgids 300000-365535 {n.VM_NAME}")
-        nss = self.config("passwd: files\nsubid:   sss  # FreeIPA\n")
-        refused(render("--user", n.VM_NAME, env={"FY_WALL_NSSWITCH_CONF": nss}),
-                f"{nss}: 'subid: sss'", "fy-wall cannot list what it grants")
-        clean = self.config(f"other:100000:65536\n#{n.VM_NAME}:1:1\n")
-        r = render("--user", n.VM_NAME,
-                   env={"FY_WALL_SUBUID_FILE": clean, "FY_WALL_SUBGID_FILE": clean,
-                        "FY_WALL_NSSWITCH_CONF": self.config("passwd: files\n")})
+        refused(render("--user", n.VM_NAME, subuid=f"{n.VM_NAME}:0:0\n"),
+                "/etc/subuid:1: ", "id 0 (root)",
+                f"the host wall's VM user '{n.VM_NAME}' must have no subordinate uids")
+        refused(render("--user", n.VM_NAME, nsswitch="passwd: files\nsubid:   sss  # FreeIPA\n"),
+                "/etc/nsswitch.conf:2: 'subid: sss'", "libsubid_sss.so",
+                "fy-wall cannot tell that it has none")
+        # Another login name of the VM user's uid: newuidmap grants its lines too.
+        with open(self.ident.passwd) as f:
+            passwd = f.read()
+        try:
+            with open(self.ident.passwd, "a") as f:
+                f.write(f"fywvmalias:x:{n.VM_UID}:{n.VM_UID}::/nonexistent:/usr/sbin/nologin\n")
+            refused(render("--user", n.VM_NAME, subuid="fywvmalias:500000:10\n"),
+                    "/etc/subuid:1: ", "or another login name of uid")
+        finally:
+            with open(self.ident.passwd, "w") as f:
+                f.write(passwd)
+        r = render("--user", n.VM_NAME, subuid=f"other:100000:65536\n#{n.VM_NAME}:1:1\n",
+                   subgid=f"other:100000:65536\n{n.VM_NAME}\n",
+                   nsswitch="passwd: files\nsubid: files\n")
         self.assertEqual(r.returncode, 0, r.stderr)
 
     def test_flags_for_another_wall(self):

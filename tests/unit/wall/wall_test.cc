@@ -456,26 +456,26 @@ TEST_CASE("dns: names the policy allows, and the forwarder's own answer") {
 }
 
 TEST_CASE("the VM user: subordinate ids, nsswitch, the checks in order") {
-  CHECK(subid_lines_naming("a:1:2\nfyvm:100000:0\n4646:5:5\r\n#fyvm:1:1\nfyvm\n", "fyvm", 4646) ==
-        std::vector<size_t>{2, 3});
-  CHECK(subid_lines_naming("", "fyvm", 4646).empty());
-  CHECK(subid_lines_naming(":1:1\n", "", 4646).empty());
-  CHECK(nsswitch_subid_sources("passwd: files\n# subid: sss\nsubid:\tsss  # ipa\n") == "sss");
-  CHECK(nsswitch_subid_sources("subidx: files\nsubid files\n").empty());
-  CHECK(nsswitch_subid_sources("").empty());
-
   VmUserSources src;
   std::vector<PasswdEntry> users = {
-      {"fyvm", 4646, 4646}, {"alice", 1000, 1000}, {"rootgrp", 4700, 0}};
+      {"fyvm", 4646, 4646}, {"alice", 1000, 1000}, {"rootgrp", 4700, 0}, {"fyvm2", 4646, 4646}};
   src.find = [&](const UserRef& u) -> fy::Result<std::optional<PasswdEntry>> {
     for (const PasswdEntry& e : users)
       if (u.numeric ? e.uid == u.uid : e.name == u.name) return std::optional<PasswdEntry>(e);
     return std::optional<PasswdEntry>();
   };
   src.all = [&] { return users; };
-  src.subuid_path = "/etc/subuid";
-  src.subgid_path = "/etc/subgid";
-  src.nsswitch_path = "/etc/nsswitch.conf";
+  // core/subid's reading of these texts, as read() reads the files.
+  std::string subuid, subgid, nsswitch;
+  src.subids = [&](fy::subid::Kind k, const fy::subid::Owner& who, const std::string& path) {
+    auto name_to_uid = [&](const std::string& login) -> std::optional<uint32_t> {
+      for (const PasswdEntry& e : users)
+        if (e.name == login) return e.uid;
+      return std::nullopt;
+    };
+    return fy::subid::from_texts(k, who, nsswitch, "/etc/nsswitch.conf",
+                                 k == fy::subid::Kind::uid ? subuid : subgid, path, name_to_uid);
+  };
   auto named = [](const char* n) { return UserRef{false, 0, n}; };
   auto why = [&](const char* n) {
     auto r = resolve_vm_user(named(n), "--user", src);
@@ -493,22 +493,41 @@ TEST_CASE("the VM user: subordinate ids, nsswitch, the checks in order") {
   CHECK(why("fyvm").find("gid 4646, the primary group of the VM user 'fyvm', is also the primary "
                          "group of 'share' (uid 4800)") != std::string::npos);
   users.pop_back();
-  src.subuid = "alice:100000:65536\nfyvm:200000:65536\n";
+  subuid = "alice:100000:65536\nfyvm:200000:65536\n";
   CHECK(why("fyvm").find("/etc/subuid:2: the VM user 'fyvm' has subordinate uids") == 0);
-  CHECK(why("fyvm").find("usermod --del-subuids 200000-265535 fyvm") != std::string::npos);
-  src.subuid = "4646:0:0\n4646:7:0\n";  // by uid, and COUNT 0 too: newuidmap reads every line
-  CHECK(why("fyvm").find("/etc/subuid:1,2: ") == 0);
-  CHECK(why("fyvm").find("remove every line naming 'fyvm' or 4646") != std::string::npos);
-  CHECK(why("fyvm").find("usermod") == std::string::npos);  // no range to name
-  src.subuid = "";
-  src.subgid = "fyvm:300000:10\n";
+  CHECK(why("fyvm").find("(usermod --del-subuids 200000-265535 fyvm)") != std::string::npos);
+  // Every line keyed to it: by name, by uid, by another name of its uid, and
+  // lines that grant nothing (COUNT 0, a CRLF line) too. Comments and lines
+  // newuidmap does not parse are not keyed to it.
+  subuid = "4646:7:0\n#fyvm:1:1\nfyvm\nfyvm2:9:1\nfyvm:5:5\r\n";
+  CHECK(why("fyvm").find("/etc/subuid:1,4,5: ") == 0);
+  CHECK(why("fyvm").find("remove every line naming 'fyvm' or 4646 (or another login name of "
+                         "uid 4646)") != std::string::npos);
+  CHECK(why("fyvm").find("usermod") == std::string::npos);  // not every line has a range
+  subuid = "fyvm:300000:10\n4646:400000:5\n";
+  CHECK(
+      why("fyvm").find("(usermod --del-subuids 300000-300009 --del-subuids 400000-400004 fyvm)") !=
+      std::string::npos);
+  // START 0 COUNT 0 grants every id (shadow's wrap): core refuses it outright.
+  subuid = "fyvm:0:0\n";
+  CHECK(why("fyvm").find("/etc/subuid:1: the line 'fyvm:0:0' grants 'fyvm' id 0") == 0);
+  CHECK(why("fyvm").find("the host wall's VM user 'fyvm' must have no subordinate uids") !=
+        std::string::npos);
+  subuid = "";
+  subgid = "fyvm:300000:10\n";
   CHECK(why("fyvm").find("/etc/subgid:1: the VM user 'fyvm' has subordinate gids — newgidmap") ==
         0);
-  src.subgid = "";
-  src.nsswitch = "subid: sss\n";
-  CHECK(why("fyvm").find("/etc/nsswitch.conf: 'subid: sss'") == 0);
-  src.nsswitch = "passwd: files\n";
+  subgid = "";
+  nsswitch = "passwd: files\nsubid: sss\n";
+  CHECK(why("fyvm").find("/etc/nsswitch.conf:2: 'subid: sss' — newuidmap asks the NSS module") ==
+        0);
+  CHECK(
+      why("fyvm").find("must have no subordinate uids, and fy-wall cannot tell that it has none") !=
+      std::string::npos);
+  nsswitch = "passwd: files\nsubid: files\n";  // the files decide, and they name no line
   CHECK(why("fyvm").empty());
+  src.subids = nullptr;
+  CHECK(why("fyvm").find("no reader of subordinate ids") != std::string::npos);
 }
 
 TEST_CASE("the VM user's tasks: /proc status and cgroup, ancestors, who may write") {
