@@ -162,6 +162,7 @@ Result<Subids> parse(std::string_view text, const Owner& who, const NameToUid& l
       mine = u && *u == who.uid;
     }
     if (!mine) continue;
+    out.keyed_lines.push_back(line_no);
     auto start = shadow_getulong(f[1]);
     auto count = shadow_getulong(f[2]);
     if (!start || !count) {
@@ -282,12 +283,10 @@ Result<std::string> read_text(const std::string& path, bool* absent) {
 
 }  // namespace
 
-Result<Subids> read(Kind kind, const Owner& who, const std::string& path,
-                    const std::string& nsswitch) {
-  bool absent = false;
-  auto ns = read_text(nsswitch, &absent);
-  if (!ns) return std::move(ns).take_error();
-  Source src = parse_nsswitch(*ns);
+Result<Subids> from_texts(Kind kind, const Owner& who, std::string_view nsswitch_text,
+                          std::string_view nsswitch_path, std::string_view text,
+                          std::string_view path, const NameToUid& lookup) {
+  Source src = parse_nsswitch(nsswitch_text);
   if (!src.files) {
     return make_error(
         Errc::refused,
@@ -296,12 +295,22 @@ Result<Subids> read(Kind kind, const Owner& who, const std::string& path,
         "of ranges is bound to, so the walls cannot know every {} the user can map; set "
         "'subid: files' (or remove the line) and keep the ranges in /etc/subuid and "
         "/etc/subgid",
-        nsswitch, src.line, src.module, kind == Kind::uid ? "newuidmap" : "newgidmap", src.module,
-        path, id_word(kind));
+        nsswitch_path, src.line, src.module, kind == Kind::uid ? "newuidmap" : "newgidmap",
+        src.module, path, id_word(kind));
   }
+  return parse(text, who, lookup, path);
+}
+
+Result<Subids> read(Kind kind, const Owner& who, const std::string& path,
+                    const std::string& nsswitch) {
+  bool absent = false;
+  auto ns = read_text(nsswitch, &absent);
+  if (!ns) return std::move(ns).take_error();
+  // A module named, the files are not read (newuidmap does not read them).
+  if (!parse_nsswitch(*ns).files) return from_texts(kind, who, *ns, nsswitch, "", path, nullptr);
   auto text = read_text(path, &absent);
   if (!text) return std::move(text).take_error();
-  return parse(*text, who, passwd_uid, path);
+  return from_texts(kind, who, *ns, nsswitch, *text, path, passwd_uid);
 }
 
 }  // namespace fy::subid

@@ -102,6 +102,11 @@ struct Subids {
   std::vector<Range> ranges;  // their union: sorted, disjoint, adjacent ranges merged
   // Lines keyed to the owner that grant nothing, for the operator: "file:line: why".
   std::vector<std::string> ignored;
+  // Every line keyed to the owner that newuidmap parses, granting or not (the
+  // grants' lines and the ignored ones), 1-based, in file order: what an
+  // owner that must have no subordinate ids may not have (the host wall's VM
+  // user, wall/vmuser.h).
+  std::vector<size_t> keyed_lines;
 };
 
 // shadow's getulong(): strtoul(s, &end, 0) over the whole field, no ERANGE.
@@ -137,6 +142,14 @@ Result<Owner> find_owner(std::string_view user);
 // when an NSS module is named; Errc::io when a file cannot be read.
 Result<Subids> read(Kind kind, const Owner& who, const std::string& path,
                     const std::string& nsswitch = kNsswitch);
+
+// read() over texts already read ("" for an absent file), pure: the
+// nsswitch.conf text decides (Errc::refused naming `nsswitch_path`:line when
+// it names a module), then parse() of `text`. The paths name the files in
+// messages.
+Result<Subids> from_texts(Kind kind, const Owner& who, std::string_view nsswitch_text,
+                          std::string_view nsswitch_path, std::string_view text,
+                          std::string_view path, const NameToUid& lookup);
 
 // "100000-165535", "4242".
 std::string format_range(const Range& r);

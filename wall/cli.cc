@@ -20,6 +20,7 @@
 #include "wall/config.h"
 #include "wall/coverage.h"
 #include "wall/dnsfwd_status.h"
+#include "wall/hostcheck.h"
 #include "wall/nft.h"
 #include "wall/render.h"
 #include "wall/routes.h"
@@ -67,7 +68,8 @@ walls:
 options:
   --config FILE          TOML config with [machine], [guard] and/or [host]
   --user NAME|UID        the walled user (machine, guard); default FY_WALL_UID,
-                         then SUDO_UID
+                         then SUDO_UID; the host wall's VM user, the account
+                         the VM runs as and nothing else (host; required)
   --gateway IPV4         the host gateway (machine, guard)
   --ports LIST           port bands, e.g. 41000-41089,41100-41189
   --resolvers LIST       where DNS may go (machine); default the IPv4 nameservers
@@ -96,7 +98,8 @@ value flags reports only whether the tables are present.
 
 exit codes:
   0  done; status: every table present and as rendered
-  1  status: a table is absent or differs — the wall is NOT enforcing as configured
+  1  status: a table is absent or differs, or (host) the VM user runs outside
+     its slice or could leave it — the wall is NOT enforcing as configured
   2  usage: an unknown command, wall or option
   3  refused input: a bad config or flag value (the message says where)
   4  the system refused: the kernel, netlink, permissions, a missing cgroup
@@ -150,6 +153,7 @@ class Cli {
   int cmd_remove();
   int cmd_status();
   void print_deputies(const std::vector<IdRange>& walled, const std::string& agent_cgroup);
+  bool print_vm_user(const HostSpec& h);
   int status_tables(Nft& nft, const std::vector<TableRef>& tables,
                     const std::optional<std::string>& rendered, bool* all_good);
 
@@ -447,6 +451,9 @@ int Cli::cmd_apply() {
   if (!r) return fail(r.error());
   if (*o_.wall == Wall::host) {
     if (auto p = host_prepare(r->host); !p) return fail(p.error());
+    // A slice its processes could leave would leave the wall to the uid and
+    // gid alone, and a set-ID program run from it outside the wall.
+    if (auto c = check_slice_holds(r->host->cgroup, r->host->user); !c) return fail(c.error());
   }
   if (!r->agent_cgroup.empty()) {  // nft resolves the agent's cgroup as the host wall's
     if (auto p = host_prepare(std::nullopt); !p) return fail(p.error());
@@ -655,6 +662,40 @@ void Cli::print_deputies(const std::vector<IdRange>& walled, const std::string& 
   }
 }
 
+// Whether the VM user is held as the host wall assumes: its slice is one only
+// root can move processes out of, and none of its processes runs outside it.
+// A process outside is still walled by uid and gid; that it exists at all
+// means something started the VM user where the wall did not put it.
+bool Cli::print_vm_user(const HostSpec& h) {
+  bool held = true;
+  if (auto c = check_slice_holds(h.cgroup, h.user); !c) {
+    fmt::print(out_, "slice {}: NOT held — {}\n", h.cgroup, c.error().message);
+    held = false;
+  } else {
+    fmt::print(out_, "slice {}: only root can move a process out of it\n", h.cgroup);
+  }
+  const UserTasks t = vm_user_tasks(h.user, h.cgroup);
+  const std::string who =
+      fmt::format("VM user {} (uid {}, gid {})", h.user.name, h.user.uid, h.user.gid);
+  if (t.outside.empty()) {
+    fmt::print(out_, "{}: {} process(es), every one in the slice\n", who, t.inside);
+    return held;
+  }
+  fmt::print(out_, "{}: {} process(es) OUTSIDE the slice ({} in it):\n", who, t.outside.size(),
+             t.inside);
+  for (const Stray& p : t.outside) {
+    fmt::print(out_, "  pid {} ({}) uid {} gid {} in {}: {}\n", p.pid, p.name, p.uid, p.gid,
+               p.cgroup, p.cmdline);
+  }
+  fmt::print(out_,
+             "  their sockets are still walled by uid and gid, but the VM user runs where the "
+             "wall did not put it (a login, cron or at, a lingering user manager, a daemon of "
+             "its own, a process that left a slice it could write) — find what started each "
+             "(ps -o pid,ppid,lstart,args -p PID; systemctl status PID), stop it, and keep the "
+             "VM user to the slice (docs/fy-wall.md, \"The VM user\")\n");
+  return false;
+}
+
 int Cli::cmd_status() {
   const Wall w = *o_.wall;
   bool compare = o_.config.has_value();
@@ -809,6 +850,7 @@ int Cli::cmd_status() {
                wall_name(w), wall_name(w));
   }
   if (w == Wall::machine && r) print_deputies(r->walled, r->agent_cgroup);
+  if (w == Wall::host && r && !print_vm_user(*r->host)) good = false;
   if (w == Wall::machine) print_dnsfwd_status(out_, *nft);
 
   if (w == Wall::host) {

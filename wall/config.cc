@@ -14,6 +14,7 @@
 #include "core/config.h"
 #include "core/subid.h"
 #include "core/text.h"
+#include "wall/vmuser.h"
 
 namespace fy::wall {
 namespace {
@@ -335,6 +336,9 @@ Env Env::from_process() {
       e.resolv_conf.append(buf, n);
     fclose(f);
   }
+  e.resolve_vm_user = [](const UserRef& u, const std::string& where) -> Result<VmUser> {
+    return fy::wall::resolve_vm_user(u, where, VmUserSources::from_system());
+  };
   for (const char* root : {"/sys/fs/cgroup/unified/", "/sys/fs/cgroup/"}) {
     struct stat st;
     std::string probe = std::string(root) + "cgroup.procs";
@@ -401,6 +405,7 @@ Result<Settings> read_config(std::string_view text, const std::string& path) {
   if (auto h = root.table("host")) {
     s.has_host = true;
     if (auto v = h->string("vm")) set(s.host.vm, *h, "vm", take(*h, "vm", parse_vm_name(*v)));
+    set(s.host.user, *h, "user", read_user(*h));
     if (auto v = h->string("cgroup"))
       set(s.host.cgroup, *h, "cgroup", take(*h, "cgroup", parse_cgroup_path(*v)));
     set(s.host.ports, *h, "ports",
@@ -475,7 +480,6 @@ Result<void> apply_flags(Settings& s, Wall wall, const Flags& f) {
       }
       return ok();
     case Wall::host:
-      FY_TRY(refuse_flag(f.user, "--user", wall, "machine wall and the guard"));
       FY_TRY(refuse_flag(f.gateway, "--gateway", wall, "machine wall and the guard"));
       FY_TRY(refuse_flag(f.subuid_file, "--subuid-file", wall, "machine wall and the guard"));
       FY_TRY(refuse_flag(f.resolvers, "--resolvers", wall, "machine wall"));
@@ -485,6 +489,7 @@ Result<void> apply_flags(Settings& s, Wall wall, const Flags& f) {
       FY_TRY(refuse_flag(f.route_table, "--route-table", wall, "guard"));
       FY_TRY(refuse_flag(f.rule_priority, "--rule-priority", wall, "guard"));
       if (f.vm) FY_TRY(flag(s.host.vm, "--vm", parse_vm_name(*f.vm)));
+      if (f.user) FY_TRY(flag(s.host.user, "--user", parse_user(*f.user)));
       if (f.cgroup) FY_TRY(flag(s.host.cgroup, "--cgroup", parse_cgroup_path(*f.cgroup)));
       if (f.ports) FY_TRY(flag(s.host.ports, "--ports", parse_ports(*f.ports)));
       if (f.proxy_port_base) {
@@ -579,8 +584,30 @@ Result<HostSpec> host_spec(const Settings& s, const Env& env) {
                    "fy-machine-dev.slice\"");
   }
   if (!h.ports) return missing(s, "host", "ports", "--ports", "\"41000-41199\"");
+  if (!h.user) {
+    // No default (not SUDO_UID: that is the desktop user, whose other
+    // processes would act for the VM): the VM's own account.
+    const char* why =
+        "the host wall judges the VM's processes by their user's uid and gid, which they "
+        "cannot change, and not by their cgroup alone, which they can leave — create an "
+        "account for the VM alone and run the VM as it (docs/fy-wall.md, \"The VM user\")";
+    if (s.path.empty()) {
+      return make_error(Errc::invalid_argument, "--user is required (e.g. --user fyvm-{}): {}",
+                        h.vm->value, why);
+    }
+    return make_error(Errc::invalid_argument,
+                      "{}: [host].user is not set — write user = \"fyvm-{}\" in [host], or pass "
+                      "--user: {}",
+                      s.path, h.vm->value, why);
+  }
+  if (!env.resolve_vm_user) {
+    return make_error(Errc::internal, "the VM user cannot be resolved here (no passwd access)");
+  }
+  auto user = env.resolve_vm_user(h.user->value, h.user->where);
+  if (!user) return std::move(user).take_error();
   HostSpec out;
   out.vm = h.vm->value;
+  out.user = std::move(*user);
   out.cgroup = h.cgroup->value;
   out.ports = h.ports->value;
   out.proxy_port_base = h.proxy_port_base ? h.proxy_port_base->value : h.ports->value.front().lo;

@@ -22,12 +22,14 @@
 //
 //   [host]                    # the host wall, on a Linux host
 //   vm = "dev"
+//   user = "fyvm-dev"         # the VM's own account (wall/vmuser.h); required
 //   cgroup = "user.slice/…/fy-machine-dev.slice"
 //   ports = ["41000-41199"]
 //   proxy_port_base = 41000   # default: the lowest port
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -74,6 +76,7 @@ struct GuardKeys : WallKeys {
 
 struct HostKeys {
   std::optional<Sourced<std::string>> vm;
+  std::optional<Sourced<UserRef>> user;  // the VM user: no default
   std::optional<Sourced<std::string>> cgroup;
   std::optional<Sourced<std::vector<PortRange>>> ports;
   std::optional<Sourced<uint16_t>> proxy_port_base;
@@ -116,12 +119,17 @@ struct Env {
   std::string resolv_conf;
   // Whether kLimaAgentCgroup exists under the cgroup2 root.
   bool lima_agent_cgroup = false;
+  // Resolves and checks the host wall's VM user named at `where`
+  // (resolve_vm_user over VmUserSources::from_system, wall/vmuser.h);
+  // unset, host_spec refuses.
+  std::function<Result<VmUser>(const UserRef&, const std::string& where)> resolve_vm_user;
   static Env from_process();
 };
 
 // Resolve the settings into a spec, consulting the passwd database and the
 // subuid file. Refuses a missing required key, uid 0, a user with no passwd
-// entry, and a subuid range that holds the user's own uid.
+// entry, and a subuid range that holds the user's own uid; for the host wall,
+// a VM user that is not the VM's own (resolve_vm_user, wall/vmuser.h).
 Result<MachineSpec> machine_spec(const Settings& s, const Env& env);
 Result<GuardSpec> guard_spec(const Settings& s, const Env& env);
 Result<HostSpec> host_spec(const Settings& s, const Env& env);

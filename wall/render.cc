@@ -266,8 +266,9 @@ std::string render_host(const HostSpec& h) {
   const std::string mark = format_mark(h.proxy_port_base);
   const std::string local = format_local_mark(h.proxy_port_base);
   std::string out;
-  out +=
-      fmt::format("# fy-wall host wall for VM '{}': its processes (cgroup {})\n", h.vm, h.cgroup);
+  out += fmt::format("# fy-wall host wall for VM '{}': its processes (user {}, uid {}, gid {};\n",
+                     h.vm, h.user.name, h.user.uid, h.user.gid);
+  out += fmt::format("# cgroup {})\n", h.cgroup);
   out += "# may reach the host's resolvers, and loopback only on the project's port band.\n";
   out += "# Apply with `fy-wall apply host`: this text replaces the table's rules in one\n";
   out += "# transaction. The cgroup must exist when it is applied (nft keys on its id).\n";
@@ -275,6 +276,13 @@ std::string render_host(const HostSpec& h) {
   out += fmt::format("table inet {} {{\n", table);
   out += "\tchain output {\n";
   out += "\t\ttype filter hook output priority filter; policy accept;\n";
+  out += "\t\t# A socket is the VM's if its file was made by the VM user (uid), wherever the\n";
+  out += "\t\t# process runs: one that left the slice, or that a daemon of the same user\n";
+  out += "\t\t# started outside it (systemd-run --user, D-Bus activation, cron), is still\n";
+  out += "\t\t# its; a set-user-ID program it runs keeps its group (gid); a set-ID program\n";
+  out += "\t\t# that changes both stays in its slice, whose ancestors only root can write.\n";
+  out += fmt::format("\t\tmeta skuid {} jump vm\n", h.user.uid);
+  out += fmt::format("\t\tmeta skgid {} jump vm\n", h.user.gid);
   out += fmt::format("\t\t{} jump vm\n", cg);
   out += "\t}\n";
   out += "\tchain vm {\n";
@@ -434,8 +442,11 @@ std::string describe_guard(const GuardSpec& g) {
 std::string describe_host(const HostSpec& h) {
   std::string dns;
   for (const std::string& r : h.resolvers) dns += (dns.empty() ? "" : ", ") + r;
-  return fmt::format("cgroup {} may reach DNS at {} and loopback tcp {{{}}} (ct mark {})",
-                     h.cgroup, dns, format_ports(h.ports), format_mark(h.proxy_port_base));
+  return fmt::format(
+      "user {} (uid {}, gid {}) and cgroup {} may reach DNS at {} and loopback tcp {{{}}} (ct "
+      "mark {})",
+      h.user.name, h.user.uid, h.user.gid, h.cgroup, dns, format_ports(h.ports),
+      format_mark(h.proxy_port_base));
 }
 
 }  // namespace fy::wall

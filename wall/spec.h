@@ -68,9 +68,18 @@ struct GuardSpec {
   uint32_t rule_priority = 0;  // the priority of every policy rule fy-wall owns
 };
 
+// The host wall's VM user (wall/vmuser.h): the account dedicated to the VM,
+// whose processes the wall judges wherever they run. Never uid or gid 0.
+struct VmUser {
+  std::string name;  // from the passwd database
+  uint32_t uid = 0;
+  uint32_t gid = 0;  // its primary group, which no other account has
+};
+
 // The host wall (inet fy_host_wall_<vm>), on a Linux host.
 struct HostSpec {
   std::string vm;                // the VM's name as given; the table name is made nft-safe
+  VmUser user;                   // the VM's processes: its uid and gid (`meta skuid/skgid`)
   std::string cgroup;            // the VM's slice, relative to the cgroup2 root, no leading '/'
   std::vector<PortRange> ports;  // the project's port band
   uint16_t proxy_port_base = 0;  // the ct mark is (0xF4 << 24) | proxy_port_base

@@ -29,13 +29,19 @@ few bytes they need are built here).
                                    crossing a reused connection's query);
                                    prints {"name", "from"} for each
 
-  dnsserve.py slow ADDR PORT SECS  the authoritative answers, on UDP ADDR:PORT only,
-                                   each SECS late (a thread a query)
+  dnsserve.py slow ADDR PORT SECS [RELEASE]
+                                   the authoritative answers, on UDP ADDR:PORT only,
+                                   each SECS late (a thread a query); prints
+                                   {"received", "from"} as a query arrives. With
+                                   RELEASE (a path), a name whose first label is
+                                   "held" is answered only once that file exists:
+                                   upstream across whatever the test waits for
 
 The first two listen on UDP and TCP ADDR:53, print READY when listening, and run until
 killed. UDP is served in order; TCP by a thread per connection.
 """
 import json
+import os
 import socket
 import struct
 import sys
@@ -133,15 +139,22 @@ def serve_tcp(addr, on_msg, note_conn, port=53):
     threading.Thread(target=loop, daemon=True).start()
 
 
-def serve_slow(addr, port, delay):
+def serve_slow(addr, port, delay, release=None):
     """An authoritative stand-in on (addr, port) that answers each datagram
-    after `delay` seconds (a thread each): a query is upstream that long."""
+    after `delay` seconds (a thread each): a query is upstream that long; a
+    "held" one, with `release`, until that file exists."""
     udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     udp.bind((addr, port))
     print("READY", flush=True)
 
     def answer(m, peer):
-        time.sleep(delay)
+        name = qname(m)[0]
+        emit({"received": name, "from": f"{peer[0]}:{peer[1]}"})
+        if release and (name or "").split(".")[0] == "held":
+            while not os.path.exists(release):
+                time.sleep(0.01)
+        else:
+            time.sleep(delay)
         a, name, qtype = auth_answer(m)
         emit({"name": name, "qtype": qtype, "from": f"{peer[0]}:{peer[1]}", "slow": delay})
         if a:
@@ -206,7 +219,8 @@ def serve_tcpbad(addr, port):
 def main():
     mode, addr = sys.argv[1], sys.argv[2]
     if mode == "slow":
-        return serve_slow(addr, int(sys.argv[3]), float(sys.argv[4]))
+        return serve_slow(addr, int(sys.argv[3]), float(sys.argv[4]),
+                          sys.argv[5] if len(sys.argv) > 5 else None)
     if mode == "tcpbad":
         return serve_tcpbad(addr, int(sys.argv[3]))
     udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)

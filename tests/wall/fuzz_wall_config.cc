@@ -11,6 +11,7 @@
 #include "wall/config.h"
 #include "wall/parse.h"
 #include "wall/render.h"
+#include "wall/vmuser.h"
 
 using namespace fy::wall;
 
@@ -20,6 +21,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)parse_cidrs(text);
   (void)parse_cgroup_path(text);
   (void)parse_user(text);
+  // What the host wall's VM user checks read: the subid files and
+  // nsswitch.conf (through core/subid, whose own target is fuzz_subid; here
+  // the refusal's message over whatever it reads), and /proc (a task's comm is
+  // any process's to choose).
+  {
+    VmUserSources src;
+    src.find = [](const UserRef&) -> fy::Result<std::optional<PasswdEntry>> {
+      return std::optional<PasswdEntry>(PasswdEntry{"fuzz", 4646, 4646});
+    };
+    src.subids = [text](fy::subid::Kind k, const fy::subid::Owner& who, const std::string& p) {
+      return fy::subid::from_texts(k, who, text, "nsswitch.conf", text, p, nullptr);
+    };
+    (void)resolve_vm_user(UserRef{false, 0, "fuzz"}, "--user", src);
+  }
+  if (auto t = parse_proc_status(text)) (void)task_is_vm_users(*t, VmUser{"fuzz", 4646, 4646});
+  if (auto cg = proc_cgroup_v2(text)) (void)cgroup_within(*cg, "fy.slice/vm.slice");
 
   auto s = read_config(text, "fuzz.toml");
   if (!s) return 0;
@@ -42,6 +59,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                 table,        prio};
     (void)render_guard(g);
   }
-  if (auto h = host_spec(*s, Env{})) (void)render_host(*h);
+  Env env;
+  env.resolve_vm_user = [](const UserRef&, const std::string&) -> fy::Result<VmUser> {
+    return VmUser{"fuzz", 4646, 4646};
+  };
+  if (auto h = host_spec(*s, env)) (void)render_host(*h);
   return 0;
 }

@@ -40,6 +40,9 @@ WALLED_ALIAS = "fywalias"
 WALLED_UID = 4242
 SUBUID_START, SUBUID_COUNT = 100000, 65536
 OTHER_UID = 4343  # a user who is not walled
+# The host wall's VM user in the configs that are only rendered and applied
+# (no process runs as it: `status host` would name any outside the slice).
+VM_NAME, VM_UID = "fywvm", 4646
 
 
 # ---- undo list ---------------------------------------------------------
@@ -317,8 +320,8 @@ class KernelLog:
 # ---- fy-wall as the tests run it ----------------------------------------
 
 class Identity:
-    """A passwd file holding the machine's entries plus the walled test user,
-    and a subuid file, in a private temp dir."""
+    """A passwd file holding the machine's entries plus the walled test user
+    and the host wall's VM user, and a subuid file, in a private temp dir."""
 
     def __init__(self, with_subuid=True):
         self.dir = tempfile.mkdtemp(prefix=f"fyw-{PID}-id-")
@@ -330,6 +333,7 @@ class Identity:
         with open(self.passwd, "w") as f:
             f.write(base)
             f.write(f"{WALLED_NAME}:x:{WALLED_UID}:{WALLED_UID}::/nonexistent:/bin/sh\n")
+            f.write(f"{VM_NAME}:x:{VM_UID}:{VM_UID}::/nonexistent:/usr/sbin/nologin\n")
             # A second login name of the same uid: shadow's newuidmap takes its
             # subuid lines as the user's too (test_subid.py, test_render.py).
             f.write(f"{WALLED_ALIAS}:x:{WALLED_UID}:{WALLED_UID}::/nonexistent:/bin/sh\n")

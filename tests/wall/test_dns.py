@@ -595,8 +595,13 @@ class AllowFromPolicyAndReload(unittest.TestCase):
     def setUpClass(cls):
         cls.mark = len(n._undo)
         cls.t = d.DnsTopology()
-        # the upstream answers 0.8 s late, so a query can be in flight at a reload
-        cls.slow = d.Stand(cls.t.host, "slow", d.RESOLVER, str(cls.SLOW_PORT), str(cls.DELAY))
+        # the upstream answers 0.8 s late, and a "held" name once the test
+        # releases it, so a query can be in flight at a reload
+        cls.release = os.path.join(tempfile.mkdtemp(prefix=f"fyw-{n.PID}-slow-"), "release")
+        n.on_cleanup(lambda: shutil.rmtree(os.path.dirname(cls.release)),
+                     f"dir {os.path.dirname(cls.release)}")
+        cls.slow = d.Stand(cls.t.host, "slow", d.RESOLVER, str(cls.SLOW_PORT), str(cls.DELAY),
+                           cls.release)
         cls.t.wall(forwarder=True)
         fd, cls.policy = tempfile.mkstemp(prefix=f"fyw-{n.PID}-policy-", suffix=".toml")
         os.close(fd)
@@ -614,9 +619,9 @@ class AllowFromPolicyAndReload(unittest.TestCase):
             f.write(policy_text)
         return n.sh(d.FY_DNSFWD_ALLOW, self.policy, "--out", self.allow_file, check=False)
 
-    def config(self, rate=20, burst=20):
+    def config(self, rate=20, burst=20, timeout_ms=3000):
         return self.t.dnsfwd_config(upstream=f"{d.RESOLVER}:{self.SLOW_PORT}", allow=[],
-                                    rate=rate, burst=burst, timeout_ms=3000,
+                                    rate=rate, burst=burst, timeout_ms=timeout_ms,
                                     listen=[(d.FWD, "", "vm")],
                                     extra=f'allow_file = "{self.allow_file}"\n')
 
@@ -629,9 +634,18 @@ class AllowFromPolicyAndReload(unittest.TestCase):
             return f.read()
 
     def wait_for(self, err, text, after=0):
-        deadline = time.monotonic() + 5
+        """Until `text` is in fy-dnsfwd's stderr past `after`: an expected
+        line, returned as soon as it is there (30 s is for a loaded machine)."""
+        deadline = time.monotonic() + 30
         while text not in self.stderr(err)[after:]:
             self.assertLess(time.monotonic(), deadline, f"no {text!r}: {self.stderr(err)}")
+            time.sleep(0.02)
+
+    def wait_upstream(self, name):
+        """Until the slow upstream has received a query for `name`."""
+        deadline = time.monotonic() + 30
+        while not any(r.get("received") == name for r in self.slow.records()):
+            self.assertLess(time.monotonic(), deadline, f"{name} never reached the upstream")
             time.sleep(0.02)
 
     def test_the_policy_renders_the_allow_list(self):
@@ -661,23 +675,29 @@ class AllowFromPolicyAndReload(unittest.TestCase):
 
     def test_sighup_reloads_the_rendered_list_and_keeps_queries_in_flight(self):
         self.assertEqual(self.render('allow = ["pypi.org"]\n').returncode, 0)
-        p, log, err = self.t.start_dnsfwd(self.config())
+        # The held query waits upstream for the test, not for a fixed time:
+        # fy-dnsfwd's upstream timeout and the client's are far past any reload.
+        p, log, err = self.t.start_dnsfwd(self.config(timeout_ms=60000))
         try:
             self.assertEqual(self.ask("files.pypi.org")["rcodes"], {"0": 1})
             self.assertEqual(self.ask("api.github.com")["rcodes"], {"5": 1})
             # the policy now allows github.com, not pypi.org; a pypi query is upstream
-            # (0.8 s) when the reload lands: it is still answered
+            # when the reload lands: it is still answered
             self.assertEqual(self.render('allow = ["github.com:22"]\n').returncode, 0)
-            q = d.dnsprobe_start(self.t.guest, U, "query", d.RESOLVER, "inflight.pypi.org",
-                                 "--timeout", "4")
-            time.sleep(0.3)  # asked, and upstream for another 0.5 s
+            q = d.dnsprobe_start(self.t.guest, U, "query", d.RESOLVER, "held.pypi.org",
+                                 "--timeout", "60")
+            self.wait_upstream("held.pypi.org")  # forwarded under the old list
+            seen = time.monotonic()
             mark = len(self.stderr(err))
             p.send_signal(signal.SIGHUP)
             self.wait_for(err, "reloaded", mark)
-            self.assertIsNone(q.poll(), "the query was answered before the reload")
-            r = d.dnsprobe_result(q)
+            self.assertIsNone(q.poll(), "the reload answered a query that was upstream")
+            # Held at least DELAY in all, so the log's time upstream says something.
+            time.sleep(max(0.0, seen + self.DELAY - time.monotonic()))
+            open(self.release, "w").close()
+            r = d.dnsprobe_result(q, timeout=60)
             self.assertEqual(r["rcodes"], {"0": 1}, r)  # in flight across the reload
-            line = [l for l in d.read_log(log) if l.get("name") == "inflight.pypi.org"]
+            line = [l for l in d.read_log(log) if l.get("name") == "held.pypi.org"]
             self.assertEqual([l["verdict"] for l in line], ["forwarded"], line)
             self.assertGreater(line[0]["ms"], 700, line)
             self.assertIn("1 allowed suffix(es)", self.stderr(err)[mark:])

@@ -14,10 +14,21 @@ Where fy-wall's host table departs from the reference's (`ct direction reply`
 instead of `ct state established,related` first in both judging chains), the
 escape is also tried against the reference's exact table as the control, as
 test_escapes.py does for the machine wall.
+
+The VM's processes run as a VM user of their own (docs/fy-wall.md, "The VM
+user"), whose uid and gid the wall matches beside the slice: a uid made of
+this run's pid (no other run's processes have it, so `status` here never
+sees another run's as strays), in the test's passwd file only. Where the
+wall keyed on the slice alone (as on main), the escapes that key lets out are
+tried against that table as the control: fy-wall's rendering with the uid
+and gid rules taken out.
 """
 import json
 import os
+import shutil
+import signal
 import subprocess
+import tempfile
 import time
 import unittest
 
@@ -27,6 +38,39 @@ PUB, PUB6 = "203.0.113.10", "2001:db8:2::10"
 HOST = "203.0.113.1"  # the host's own address on the "public" link
 PUB_OTHER = "203.0.113.11"  # another host on the way, not the host's resolver
 BAND = ["41000-41199"]
+# The VM user: unique to this run (pids are unique among live processes, and
+# stay below 2^22), far from the walled guest uids and subuids.
+VM_UID = 5_000_000 + n.PID
+VM_NAME = f"fywvm{n.PID}"
+
+# Run as the VM user in a slice: move into the cgroup argv[1] (writing 0 to
+# its cgroup.procs), say whether that worked and where the process is now,
+# then exec argv[2:].
+MOVE = """import json, os, sys
+try:
+    with open(sys.argv[1] + "/cgroup.procs", "w") as f:
+        f.write("0")
+    moved = "moved"
+except OSError as e:
+    moved = os.strerror(e.errno)
+with open("/proc/self/cgroup") as f:
+    cg = [l[3:] for l in f.read().splitlines() if l.startswith("0::")][0]
+print(json.dumps({"move": moved, "cgroup": cg}), flush=True)
+os.execv(sys.argv[2], sys.argv[2:])
+"""
+
+# Ask the deputy on the unix socket argv[1] to dial argv[2]:argv[3]; print its answer.
+ASK = """import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(10)
+s.connect(sys.argv[1])
+s.sendall(f"{sys.argv[2]} {sys.argv[3]}\\n".encode())
+print(s.makefile().readline().strip())
+"""
+
+
+def as_vm_user(*cmd):
+    return ["setpriv", f"--reuid={VM_UID}", f"--regid={VM_UID}", "--clear-groups", *cmd]
 
 
 def reference_host_wall(vm, cgroup, bands, base):
@@ -96,6 +140,8 @@ class HostWall(unittest.TestCase):
             "  type filter hook output priority 100; policy accept;\n"
             "  ct state invalid counter\n }\n}\n"))
         cls.ident = n.Identity()
+        with open(cls.ident.passwd, "a") as f:
+            f.write(f"{VM_NAME}:x:{VM_UID}:{VM_UID}::/nonexistent:/usr/sbin/nologin\n")
         # The host's own resolver is the public host's first address; the
         # second (203.0.113.11) answers on 53 too, as any host on the way could.
         rc = os.path.join(cls.ident.dir, "resolv.conf")
@@ -109,7 +155,8 @@ class HostWall(unittest.TestCase):
             "offband": cls.vm(cls, "tcp", "127.0.0.1", 42000),
             "pub443": cls.vm(cls, "tcp", PUB, 443),
         }
-        cls.args = ["--vm", "test", "--cgroup", cls.slice_rel, "--ports", ",".join(BAND)]
+        cls.args = ["--vm", "test", "--user", VM_NAME, "--cgroup", cls.slice_rel, "--ports",
+                    ",".join(BAND)]
         cls.apply_fy_wall()
 
     @classmethod
@@ -122,13 +169,38 @@ class HostWall(unittest.TestCase):
         assert r.returncode == 0, r.stderr
 
     def apply_reference(self):
-        """The reference's table, loaded with nft as its unit does (nft resolves
-        the slice against /sys/fs/cgroup: a private cgroup2 mount on a hybrid host)."""
+        """The reference's table, loaded with nft as its unit does."""
+        self.load(reference_host_wall("test", self.slice_rel, BAND, 41000))
+
+    def load(self, text):
+        """Loads a ruleset with nft (nft resolves the slice against
+        /sys/fs/cgroup: a private cgroup2 mount on a hybrid host)."""
         n.sh("unshare", "-m", "--propagation", "private", "sh", "-c",
              '[ "$(stat -fc %T /sys/fs/cgroup)" = cgroup2fs ] || '
              'mount -t cgroup2 none /sys/fs/cgroup; exec "$@"', "sh",
-             *n.nsexec(self.ns, "nft", "-f", "-"),
-             input=reference_host_wall("test", self.slice_rel, BAND, 41000))
+             *n.nsexec(self.ns, "nft", "-f", "-"), input=text)
+
+    def rendering(self, vm, cgroup, drop=()):
+        """`fy-wall render host` for `vm` and `cgroup`, without the rules that
+        hold any of `drop`: ("meta skuid", "meta skgid") is the host wall as
+        it was, keyed on the slice alone."""
+        r = self.ident.fy_wall(None, "render", "host", "--vm", vm, "--user", VM_NAME, "--cgroup",
+                               cgroup, "--ports", ",".join(BAND))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return "".join(l + "\n" for l in r.stdout.splitlines() if not any(d in l for d in drop))
+
+    def leave_then(self, slice, dest, kind, host, port):
+        """A process of the VM user in `slice` writes its own pid into `dest`'s
+        cgroup.procs, then makes one probe. Returns (the move, the probe)."""
+        r = n.sh(*n.in_cgroup(slice, n.nsexec(self.ns, *as_vm_user(
+            n.PY, "-c", MOVE, dest, n.PY, n.PROBE, kind, host, port, "--timeout", "2"))),
+            check=False, timeout=30)
+        lines = r.stdout.strip().splitlines()
+        self.assertEqual(len(lines), 2, r.stdout + r.stderr)
+        return json.loads(lines[0]), json.loads(lines[1])
+
+    def status(self):
+        return self.ident.fy_wall(self.ns, "status", "host", *self.args)
 
     def vm(self, kind, host, port, *extra, **kw):
         return n.probe(self.ns, 0, kind, host, port, *extra, cgroup=self.slice, **kw)
@@ -326,9 +398,182 @@ class HostWall(unittest.TestCase):
         self.assertEqual(r["outcome"], "ok", r)
         self.assertTrue(srv.seen_from(PUB), srv.records())
 
+    # ---- the VM user: what keys the wall is what the process cannot change ----
+
+    def test_the_vm_user_in_its_slice_is_walled_like_any_vm_process(self):
+        """The VM's own processes, as the VM user in the slice: the band, DNS
+        and their own listeners, and nothing else."""
+        def vm_user(kind, host, port):
+            return n.probe(self.ns, VM_UID, kind, host, port, cgroup=self.slice)
+        self.ok(vm_user("tcp", "127.0.0.1", 41000), "lo tcp 127.0.0.1:41000")
+        self.ok(vm_user("udp", PUB, 53), "public udp")
+        self.ok(vm_user("tcp", "127.0.0.1", 42001), "vm tcp 127.0.0.1:42001")
+        seen = len(self.pub_srv.records())
+        self.assertEqual(vm_user("tcp", PUB, 443)["outcome"], "refused")
+        self.assertEqual(vm_user("udp", PUB, 443)["outcome"], "eperm")
+        self.assertEqual(vm_user("tcp", "127.0.0.1", 42000)["outcome"], "refused")
+        self.assertEqual(len(self.pub_srv.records()), seen)
+
+    def test_a_process_that_leaves_its_slice(self):
+        """Under a delegated user@UID.service (what docs/fy-wall.md gave), the
+        VM user owns the slice's ancestors: a process in the slice writes its
+        own pid into a sibling's cgroup.procs and is out of it. Keyed on the
+        slice alone (the control), it then reached the public host. fy-wall
+        refuses that layout, and loaded anyway its uid rule still judges the
+        process; in a slice only root can write, the move itself fails."""
+        deleg_rel = f"{self.base}/deleg"  # user@UID.service: Delegate=yes, its user owns it
+        slice_rel = f"{deleg_rel}/fy-machine-d.slice"
+        for d in (n.cgroup(deleg_rel), n.cgroup(slice_rel), n.cgroup(f"{deleg_rel}/other.slice")):
+            for f in ("", "cgroup.procs", "cgroup.threads", "cgroup.subtree_control"):
+                os.chown(os.path.join(d, f), VM_UID, VM_UID)  # as systemd delegates
+        slice, other = n.cgroup(slice_rel), n.cgroup(f"{deleg_rel}/other.slice")
+        # Only the walls of this slice, while they are tried (the class's wall
+        # for the other slice names the same VM user).
+        self.assertEqual(self.ident.fy_wall(self.ns, "remove", "host", "--vm", "test").returncode,
+                         0)
+        try:
+            seen = len(self.pub_srv.seen_from(HOST))
+            self.load(self.rendering("d", slice_rel, drop=("meta skuid", "meta skgid")))
+            move, r = self.leave_then(slice, other, "tcp", PUB, 443)
+            self.assertEqual(move, {"move": "moved", "cgroup": f"/{deleg_rel}/other.slice"})
+            self.assertEqual(r["outcome"], "ok", f"the control: the slice alone held? {r}")
+            self.assertEqual(len(self.pub_srv.seen_from(HOST)), seen + 1)
+
+            a = self.ident.fy_wall(self.ns, "apply", "host", "--vm", "d", "--user", VM_NAME,
+                                   "--cgroup", slice_rel, "--ports", ",".join(BAND))
+            self.assertEqual(a.returncode, 4, a.stdout + a.stderr)
+            self.assertIn(f"the cgroup '{deleg_rel}', an ancestor of the VM's slice "
+                          f"'{slice_rel}', has a cgroup.procs the VM user '{VM_NAME}' can write "
+                          f"(owner uid {VM_UID}", a.stderr)
+            self.assertIn("not under a user@UID.service", a.stderr)
+
+            self.load(self.rendering("d", slice_rel))
+            seen = len(self.pub_srv.seen_from(HOST))
+            for kind, want in (("tcp", "refused"), ("udp", "eperm")):
+                move, r = self.leave_then(slice, other, kind, PUB, 443)
+                self.assertEqual(move["move"], "moved")
+                self.assertEqual(r["outcome"], want, f"{kind}: {r}")
+            self.assertEqual(len(self.pub_srv.seen_from(HOST)), seen, "the public host saw it")
+        finally:
+            n.in_ns(self.ns, "nft", "delete", "table", "inet", "fy_host_wall_d", check=False)
+            self.apply_fy_wall()
+
+        move, r = self.leave_then(self.slice, self.sibling, "tcp", PUB, 443)
+        self.assertEqual(move, {"move": "Permission denied", "cgroup": f"/{self.slice_rel}"})
+        self.assertEqual(r["outcome"], "refused", r)
+        self.assertEqual(len(self.pub_srv.seen_from(HOST)), seen)
+
+    def test_a_deputy_of_the_vm_user_outside_the_slice(self):
+        """A process of the VM user outside the slice — what `systemd-run --user`,
+        D-Bus activation, a lingering user manager or cron would start — dials
+        for a process in the slice that asks it over a unix socket. Keyed on
+        the slice alone (the control) the public host answered; keyed on the
+        VM user, the deputy is refused, and `status` names it."""
+        d = tempfile.mkdtemp(prefix=f"fyw-{n.PID}-deputy-")
+        n.on_cleanup(lambda: shutil.rmtree(d, ignore_errors=True), f"dir {d}")
+        os.chmod(d, 0o755)
+        os.chown(d, VM_UID, VM_UID)
+        path = os.path.join(d, "bus")
+        dep = n.Server(self.ns, "vmdeputy", f"unix:{path}", uid=VM_UID, cgroup=self.sibling,
+                       script=n.DEPUTY)
+        try:
+            def ask():
+                r = n.sh(*n.in_cgroup(self.slice, n.nsexec(self.ns, *as_vm_user(
+                    n.PY, "-c", ASK, path, PUB, 443))), check=False, timeout=30)
+                return r.stdout.strip() + r.stderr.strip()
+            seen = len(self.pub_srv.seen_from(HOST))
+            try:
+                self.load(self.rendering("test", self.slice_rel, drop=("meta skuid", "meta skgid")))
+                self.assertEqual(ask(), f"relayed public tcp {PUB}:443",
+                                 "the control: the slice alone held?")
+            finally:
+                self.apply_fy_wall()
+            self.assertEqual(len(self.pub_srv.seen_from(HOST)), seen + 1)
+            self.assertEqual(ask(), "relay-failed ECONNREFUSED")
+            r = n.probe(self.ns, VM_UID, "udp", PUB, 443, cgroup=self.sibling)
+            self.assertEqual(r["outcome"], "eperm", r)
+            self.assertEqual(len(self.pub_srv.seen_from(HOST)), seen + 1)
+            st = self.status()
+            self.assertEqual(st.returncode, 1, st.stdout)
+            self.assertIn(f"VM user {VM_NAME} (uid {VM_UID}, gid {VM_UID}): 1 process(es) "
+                          "OUTSIDE the slice", st.stdout)
+            self.assertIn(f"  pid {dep.p.pid} (python3) uid {VM_UID} gid {VM_UID} in "
+                          f"/{self.base}/other.slice: ", st.stdout)
+        finally:
+            os.killpg(dep.p.pid, signal.SIGKILL)
+            dep.p.wait(timeout=10)
+
+    def test_a_set_user_id_program_keeps_the_vm_users_group(self):
+        """A set-user-ID program (owned by another uid) that the VM user runs
+        outside the slice makes its sockets as that uid; its group stays the
+        VM user's, and the wall's gid rule judges them. Without that rule
+        (the control) the program reached the public host."""
+        d = tempfile.mkdtemp(prefix=f"fyw-{n.PID}-suid-")
+        n.on_cleanup(lambda: shutil.rmtree(d, ignore_errors=True), f"dir {d}")
+        os.chmod(d, 0o755)
+        prog = os.path.join(d, "python3")
+        shutil.copy(os.path.realpath(n.PY), prog)
+        os.chown(prog, n.OTHER_UID, 0)
+        os.chmod(prog, 0o4755)
+
+        def run(*args):
+            return n.sh(*n.in_cgroup(self.sibling, n.nsexec(self.ns, *as_vm_user(prog, *args))),
+                        check=False, timeout=30).stdout.strip()
+        ids = run("-c", "import os; print(os.getuid(), os.geteuid(), os.getegid())")
+        self.assertEqual(ids, f"{VM_UID} {n.OTHER_UID} {VM_UID}", "not a set-user-ID run")
+        probe = (n.PROBE, "tcp", PUB, 443, "--timeout", "2")
+        try:
+            self.load(self.rendering("test", self.slice_rel, drop=("meta skgid",)))
+            r = json.loads(run(*probe))
+            self.assertEqual(r["outcome"], "ok", f"the control: the uid rule held? {r}")
+        finally:
+            self.apply_fy_wall()
+        seen = len(self.pub_srv.seen_from(HOST))
+        r = json.loads(run(*probe))
+        self.assertEqual(r["outcome"], "refused", r)
+        self.assertEqual(len(self.pub_srv.seen_from(HOST)), seen)
+
+    def test_status_names_the_vm_users_processes_outside_the_slice(self):
+        """`status host` lists every process of the VM user outside the slice
+        (a sibling slice, the test's own cgroup), not the ones in it, and exits
+        1 until they are gone."""
+        procs = {where: n.spawn(n.in_cgroup(cg, as_vm_user("sleep", "60")) if cg
+                                else as_vm_user("sleep", "60"))
+                 for where, cg in (("inside", self.slice), ("sibling", self.sibling),
+                                   ("own", None))}
+        deadline = time.monotonic() + 10
+        for p in procs.values():  # until each has exec'd sleep, in its cgroup
+            while True:
+                with open(f"/proc/{p.pid}/cmdline") as f:
+                    if f.read().startswith("sleep"):
+                        break
+                self.assertLess(time.monotonic(), deadline)
+                time.sleep(0.02)
+        try:
+            st = self.status()
+            self.assertEqual(st.returncode, 1, st.stdout)
+            self.assertIn("table inet fy_host_wall_test: PRESENT, as rendered", st.stdout)
+            self.assertIn(f"VM user {VM_NAME} (uid {VM_UID}, gid {VM_UID}): 2 process(es) "
+                          "OUTSIDE the slice (1 in it):", st.stdout)
+            self.assertIn(f"  pid {procs['sibling'].pid} (sleep) uid {VM_UID} gid {VM_UID} in "
+                          f"/{self.base}/other.slice: sleep 60", st.stdout)
+            self.assertIn(f"  pid {procs['own'].pid} (sleep) uid {VM_UID}", st.stdout)
+            self.assertNotIn(f"pid {procs['inside'].pid} ", st.stdout)
+            self.assertIn("find what started each", st.stdout)
+        finally:
+            for where in ("sibling", "own"):
+                os.killpg(procs[where].pid, signal.SIGKILL)
+                procs[where].wait(timeout=10)
+        st = self.status()
+        self.assertEqual(st.returncode, 0, st.stdout)
+        self.assertIn(f"VM user {VM_NAME} (uid {VM_UID}, gid {VM_UID}): 1 process(es), every one "
+                      "in the slice", st.stdout)
+        self.assertIn(f"slice {self.slice_rel}: only root can move a process out of it",
+                      st.stdout)
+
     def test_a_missing_slice_is_refused(self):
-        r = self.ident.fy_wall(self.ns, "apply", "host", "--vm", "absent", "--cgroup",
-                               f"{self.base}/absent.slice", "--ports", "41000-41199")
+        r = self.ident.fy_wall(self.ns, "apply", "host", "--vm", "absent", "--user", VM_NAME,
+                               "--cgroup", f"{self.base}/absent.slice", "--ports", "41000-41199")
         self.assertEqual(r.returncode, 4, r.stderr)
         self.assertIn(f"the cgroup '{self.base}/absent.slice' does not exist", r.stderr)
         self.assertIn("start the VM's slice first", r.stderr)
@@ -336,7 +581,7 @@ class HostWall(unittest.TestCase):
     def test_a_recreated_slice_needs_a_reapply_and_status_says_so(self):
         rel = f"{self.base}/fy-machine-stale.slice"
         path = n.cgroup(rel)
-        args = ["--vm", "stale", "--cgroup", rel, "--ports", "41000-41199"]
+        args = ["--vm", "stale", "--user", VM_NAME, "--cgroup", rel, "--ports", "41000-41199"]
         self.assertEqual(self.ident.fy_wall(self.ns, "apply", "host", *args).returncode, 0)
         self.assertEqual(self.ident.fy_wall(self.ns, "status", "host", *args).returncode, 0)
         os.rmdir(path)

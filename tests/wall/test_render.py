@@ -92,10 +92,12 @@ class Golden(unittest.TestCase):
         n.on_cleanup(lambda: n.remove_cgroup_tree(scratch), f"cgroup tree {scratch}")
 
         def scoped(*cmd):
-            # Join the scratch cgroup, then unshare a cgroup and a mount namespace.
+            # Join the scratch cgroup, then unshare a cgroup and a mount namespace
+            # (where the test's passwd file, with the VM user, is /etc/passwd).
             return n.sh("sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec unshare -C -m '
-                        '--propagation private sh -c "mount -t cgroup2 none /sys/fs/cgroup && '
-                        'exec \\"\\$@\\"" sh "$@"', scratch, *n.nsexec(ns, *cmd), check=False)
+                        '--propagation private sh -c "mount --bind \\"\\$0\\" /etc/passwd && '
+                        'mount -t cgroup2 none /sys/fs/cgroup && exec \\"\\$@\\"" "$@"',
+                        scratch, self.ident.passwd, *n.nsexec(ns, *cmd), check=False)
 
         hosts = [name for name, wall, _ in CASES if wall == "host"]
         for name in hosts:
@@ -426,10 +428,92 @@ class Refusals(unittest.TestCase):
         self.refuse(3, base + ["--cgroup", "x", "--proxy-port-base", "70000"],
                     "proxy_port_base 70000 is out of range")
 
+    def test_host_vm_user_must_be_the_vms_own(self):
+        """The host wall keys on its VM user's uid and gid (docs/fy-wall.md, "The
+        VM user"): there is no default, and an account that is not the VM's
+        own is refused — root, group 0, a group another account has, any
+        subordinate uid or gid line (any count), or a subid database in
+        nsswitch.conf that fy-wall cannot list."""
+        base = ["render", "host", "--vm", "dev", "--cgroup", "fy.slice/fy-machine-dev.slice",
+                "--ports", "41000-41199"]
+
+        def render(*extra, subuid="", subgid="", nsswitch="passwd: files\n"):
+            # fy-wall reads the system's files through core/subid, as newuidmap
+            # does; the test's stand in for them in its private mount namespace.
+            binds = ((self.config(subuid), "/etc/subuid"), (self.config(subgid), "/etc/subgid"),
+                     (self.config(nsswitch), "/etc/nsswitch.conf"))
+            return self.ident.fy_wall(None, *base, *extra, binds=binds)
+
+        def refused(r, *needles):
+            self.assertEqual(r.returncode, 3, r.stdout + r.stderr)
+            self.assertEqual(r.stdout, "")
+            for needle in needles:
+                self.assertIn(needle, r.stderr)
+
+        refused(render(), "--user is required (e.g. --user fyvm-dev)", "which they cannot change",
+                "not by their cgroup alone, which they can leave", '"The VM user"')
+        path = self.config('[host]\nvm = "dev"\ncgroup = "a.slice"\nports = "41000"\n')
+        self.refuse(3, ["render", "host", "--config", path],
+                    f'{path}: [host].user is not set — write user = "fyvm-dev" in [host]')
+        refused(render("--user", "fywnobody"), "--user: the VM user 'fywnobody' has no passwd "
+                "entry", "useradd --system --user-group")
+        refused(render("--user", "root"), "the VM user is root (uid 0)")
+        ok = render("--user", n.VM_NAME)
+        self.assertEqual(ok.returncode, 0, ok.stderr)
+        self.assertIn(f"\t\tmeta skuid {n.VM_UID} jump vm\n\t\tmeta skgid {n.VM_UID} jump vm\n"
+                      f'\t\tsocket cgroupv2 level 2 "fy.slice/fy-machine-dev.slice" jump vm\n',
+                      ok.stdout)
+        with open(self.ident.passwd) as f:
+            passwd = f.read()
+        try:
+            with open(self.ident.passwd, "a") as f:
+                f.write("fywgid0:x:4747:0::/nonexistent:/usr/sbin/nologin\n"
+                        f"fywshare:x:4748:{n.VM_UID}::/nonexistent:/usr/sbin/nologin\n")
+            refused(render("--user", "fywgid0"), "has primary group 0 (root)",
+                    "useradd --user-group")
+            refused(render("--user", n.VM_NAME), f"gid {n.VM_UID}, the primary group of the VM "
+                    f"user '{n.VM_NAME}', is also the primary group of 'fywshare' (uid 4748)")
+        finally:
+            with open(self.ident.passwd, "w") as f:
+                f.write(passwd)
+        # Every line keyed to the user counts, by name, uid or another name of
+        # its uid, whatever its count (core/subid reads them as newuidmap does).
+        sub = f"other:100000:65536\n{n.VM_NAME}:200000:0\n"
+        refused(render("--user", n.VM_NAME, subuid=sub),
+                f"/etc/subuid:2: the VM user '{n.VM_NAME}' has subordinate uids", "newuidmap",
+                "a VM user needs none")
+        refused(render("--user", n.VM_NAME, subuid=f"{n.VM_UID}:300000:65536\n"),
+                "/etc/subuid:1: ", f"usermod --del-subuids 300000-365535 {n.VM_NAME}")
+        refused(render("--user", n.VM_NAME, subgid=f"{n.VM_UID}:300000:65536\n"),
+                f"/etc/subgid:1: the VM user '{n.VM_NAME}' has subordinate gids", "newgidmap",
+                f"usermod --del-subgids 300000-365535 {n.VM_NAME}")
+        refused(render("--user", n.VM_NAME, subuid=f"{n.VM_NAME}:0:0\n"),
+                "/etc/subuid:1: ", "id 0 (root)",
+                f"the host wall's VM user '{n.VM_NAME}' must have no subordinate uids")
+        refused(render("--user", n.VM_NAME, nsswitch="passwd: files\nsubid:   sss  # FreeIPA\n"),
+                "/etc/nsswitch.conf:2: 'subid: sss'", "libsubid_sss.so",
+                "fy-wall cannot tell that it has none")
+        # Another login name of the VM user's uid: newuidmap grants its lines too.
+        with open(self.ident.passwd) as f:
+            passwd = f.read()
+        try:
+            with open(self.ident.passwd, "a") as f:
+                f.write(f"fywvmalias:x:{n.VM_UID}:{n.VM_UID}::/nonexistent:/usr/sbin/nologin\n")
+            refused(render("--user", n.VM_NAME, subuid="fywvmalias:500000:10\n"),
+                    "/etc/subuid:1: ", "or another login name of uid")
+        finally:
+            with open(self.ident.passwd, "w") as f:
+                f.write(passwd)
+        r = render("--user", n.VM_NAME, subuid=f"other:100000:65536\n#{n.VM_NAME}:1:1\n",
+                   subgid=f"other:100000:65536\n{n.VM_NAME}\n",
+                   nsswitch="passwd: files\nsubid: files\n")
+        self.assertEqual(r.returncode, 0, r.stderr)
+
     def test_flags_for_another_wall(self):
         self.refuse(3, self.machine("--vm", "dev"), "--vm belongs to the host wall")
         self.refuse(3, self.machine("--listener", "127.42.0.1"), "--listener belongs to the guard")
-        self.refuse(3, ["render", "host", "--user", "fywalice"], "--user belongs to the machine")
+        self.refuse(3, ["render", "host", "--gateway", "192.168.5.2"],
+                    "--gateway belongs to the machine wall and the guard")
 
     def test_usage(self):
         self.refuse(2, [], "no command")

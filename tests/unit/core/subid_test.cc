@@ -167,6 +167,33 @@ TEST_CASE("subid: lines shadow ignores are ignored; no line is an error") {
         std::vector<Range>{{10, 14}});
 }
 
+TEST_CASE("subid: keyed_lines lists every line keyed to the owner, granting or not") {
+  // By name, by uid, by a shared uid's name; COUNT 0 and an unreadable COUNT
+  // (a CRLF line) grant nothing and are listed; others' lines, comments and
+  // lines newuidmap does not parse (two fields, NIS, a name alone) are not.
+  auto r = parse(
+      "bob:1:1\nalice:100000:0\n1000:5:5\r\n#alice:1:1\nalice\nalice:7\n"
+      "+alice:1:1\nalice2:300000:10\nalice:200000:5\n",
+      kAlice, fake_passwd, "/etc/subuid");
+  REQUIRE(r.ok());
+  CHECK(r->keyed_lines == std::vector<size_t>{2, 3, 8, 9});
+  CHECK(r->grants.size() == 2);
+  CHECK(r->ignored.size() == 2);
+  CHECK(parse("bob:1:1\n", kAlice, fake_passwd, "/s")->keyed_lines.empty());
+}
+
+TEST_CASE("subid: from_texts decides as read() does, over texts") {
+  auto r = from_texts(Kind::gid, kAlice, "passwd: files\nsubid: sss\n", "/ns", "alice:10:5\n",
+                      "/etc/subgid", fake_passwd);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().code == fy::Errc::refused);
+  CHECK(r.error().message.find("/ns:2: 'subid: sss' — newgidmap asks") == 0);
+  r = from_texts(Kind::uid, kAlice, "subid: files\n", "/ns", "alice:10:5\n", "/u", fake_passwd);
+  REQUIRE(r.ok());
+  CHECK(r->ranges == std::vector<Range>{{10, 14}});
+  CHECK(from_texts(Kind::uid, kAlice, "", "/ns", "", "/u", nullptr)->keyed_lines.empty());
+}
+
 TEST_CASE("subid: a NUL byte or too many ranges is refused") {
   using namespace std::string_literals;
   auto r = parse("alice:10:5\nbob\0x:1:1\n"s, kAlice, fake_passwd, "/s");

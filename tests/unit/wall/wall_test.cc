@@ -3,6 +3,9 @@
 // by the namespace tests beside this file).
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
+
+#include <optional>
 #include <string>
 
 #include "wall/config.h"
@@ -10,6 +13,7 @@
 #include "wall/dns.h"
 #include "wall/parse.h"
 #include "wall/render.h"
+#include "wall/vmuser.h"
 
 using namespace fy::wall;
 
@@ -154,7 +158,7 @@ TEST_CASE("config: sections, types, unknown keys, file:line errors") {
   auto s = read_config(
       "[machine]\nuser = 1000\ngateway = \"192.168.5.2\"\nports = \"41000-41089\"\n"
       "[guard]\nroute_table = 100\n[host]\nvm = \"dev\"\ncgroup = \"a/b\"\n"
-      "ports = [\"41000-41199\"]\n",
+      "ports = [\"41000-41199\"]\nuser = \"fywvm\"\n",
       "t.toml");
   REQUIRE(s.ok());
   CHECK(s->has_machine);
@@ -163,10 +167,23 @@ TEST_CASE("config: sections, types, unknown keys, file:line errors") {
   CHECK(guard_route_ids(*s) == std::pair<uint32_t, uint32_t>{100, kDefaultRulePriority});
   Env env;
   env.resolv_conf = "nameserver 127.0.0.53\n";
+  std::string asked_where;
+  env.resolve_vm_user = [&](const UserRef& u, const std::string& where) -> fy::Result<VmUser> {
+    asked_where = where;
+    return VmUser{u.name, 4646, 4647};
+  };
   auto h = host_spec(*s, env);
   REQUIRE(h.ok());
   CHECK(h->proxy_port_base == 41000);
   CHECK(h->resolvers == std::vector<std::string>{"127.0.0.53"});
+  CHECK(h->user.uid == 4646);
+  CHECK(h->user.gid == 4647);
+  CHECK(asked_where == "t.toml:11:8");
+  // No default for the VM user: not SUDO_UID, not FY_WALL_UID.
+  Settings no_user = *s;
+  no_user.host.user.reset();
+  env.sudo_uid = "1000";
+  CHECK(err(host_spec(no_user, env).error()).find("t.toml: [host].user is not set") == 0);
 
   auto bad = read_config("[machine]\nports = [\"1\", 2]\nuser = true\nwhat = 1\n[x]\n", "b.toml");
   REQUIRE_FALSE(bad.ok());
@@ -200,6 +217,13 @@ TEST_CASE("flags: override the config, and belong to one wall") {
   Flags p;
   p.rule_priority = "32766";
   CHECK_FALSE(apply_flags(s, Wall::guard, p).ok());
+  Flags u;  // the host wall takes a user (its VM user), not a gateway
+  u.user = "fywvm";
+  REQUIRE(apply_flags(s, Wall::host, u).ok());
+  CHECK(s.host.user->where == "--user");
+  u.gateway = "192.168.5.2";
+  CHECK(err(apply_flags(s, Wall::host, u).error()).find("--gateway belongs to the machine") !=
+        std::string::npos);
 }
 
 TEST_CASE("render: one value per rule, flushing preamble, walled chain first") {
@@ -240,6 +264,7 @@ TEST_CASE("host render: replies only, every VM packet judged, the local mark") {
   h.cgroup = "fy.slice/fy-machine-dev.slice";
   h.ports = *parse_ports("41000-41089, 41100-41189");
   h.proxy_port_base = 41000;
+  h.user = VmUser{"fywvm", 4646, 4647};
   std::string t = render_host(h);
   std::string rules;  // the text without its comments
   for (size_t at = 0; at < t.size();) {
@@ -251,6 +276,11 @@ TEST_CASE("host render: replies only, every VM packet judged, the local mark") {
   }
   CHECK(rules.find("ct state") == std::string::npos);
   CHECK(rules.find("{ ") == std::string::npos);  // no anonymous sets
+  // The VM user's uid and gid, then its slice: any of the three makes a socket the VM's.
+  CHECK(rules.find("\tchain output {\n\t\ttype filter hook output priority filter; policy "
+                   "accept;\n\t\tmeta skuid 4646 jump vm\n\t\tmeta skgid 4647 jump vm\n"
+                   "\t\tsocket cgroupv2 level 2 \"fy.slice/fy-machine-dev.slice\" jump vm\n"
+                   "\t}\n") != std::string::npos);
   // Both judging chains start with replies; the VM's own packets meet the rest.
   CHECK(rules.find("\tchain vm {\n\t\tct direction reply accept\n") != std::string::npos);
   CHECK(rules.find("\tchain lo {\n\t\tct direction reply accept\n") != std::string::npos);
@@ -423,4 +453,123 @@ TEST_CASE("dns: names the policy allows, and the forwarder's own answer") {
   CHECK(a[2] == 0x81);  // QR, RD kept
   CHECK(a[3] == 0x85);  // RA, REFUSED
   CHECK(a[11] == 0);    // the OPT record is not echoed
+}
+
+TEST_CASE("the VM user: subordinate ids, nsswitch, the checks in order") {
+  VmUserSources src;
+  std::vector<PasswdEntry> users = {
+      {"fyvm", 4646, 4646}, {"alice", 1000, 1000}, {"rootgrp", 4700, 0}, {"fyvm2", 4646, 4646}};
+  src.find = [&](const UserRef& u) -> fy::Result<std::optional<PasswdEntry>> {
+    for (const PasswdEntry& e : users)
+      if (u.numeric ? e.uid == u.uid : e.name == u.name) return std::optional<PasswdEntry>(e);
+    return std::optional<PasswdEntry>();
+  };
+  src.all = [&] { return users; };
+  // core/subid's reading of these texts, as read() reads the files.
+  std::string subuid, subgid, nsswitch;
+  src.subids = [&](fy::subid::Kind k, const fy::subid::Owner& who, const std::string& path) {
+    auto name_to_uid = [&](const std::string& login) -> std::optional<uint32_t> {
+      for (const PasswdEntry& e : users)
+        if (e.name == login) return e.uid;
+      return std::nullopt;
+    };
+    return fy::subid::from_texts(k, who, nsswitch, "/etc/nsswitch.conf",
+                                 k == fy::subid::Kind::uid ? subuid : subgid, path, name_to_uid);
+  };
+  auto named = [](const char* n) { return UserRef{false, 0, n}; };
+  auto why = [&](const char* n) {
+    auto r = resolve_vm_user(named(n), "--user", src);
+    return r ? std::string() : r.error().message;
+  };
+  auto ok = resolve_vm_user(UserRef{true, 4646, ""}, "--user", src);
+  REQUIRE(ok.ok());
+  CHECK(ok->name == "fyvm");
+  CHECK(ok->gid == 4646);
+  CHECK(why("nobody").find("--user: the VM user 'nobody' has no passwd entry") == 0);
+  users.push_back({"root", 0, 0});
+  CHECK(why("root").find("the VM user is root (uid 0)") != std::string::npos);
+  CHECK(why("rootgrp").find("has primary group 0 (root)") != std::string::npos);
+  users.push_back({"share", 4800, 4646});
+  CHECK(why("fyvm").find("gid 4646, the primary group of the VM user 'fyvm', is also the primary "
+                         "group of 'share' (uid 4800)") != std::string::npos);
+  users.pop_back();
+  subuid = "alice:100000:65536\nfyvm:200000:65536\n";
+  CHECK(why("fyvm").find("/etc/subuid:2: the VM user 'fyvm' has subordinate uids") == 0);
+  CHECK(why("fyvm").find("(usermod --del-subuids 200000-265535 fyvm)") != std::string::npos);
+  // Every line keyed to it: by name, by uid, by another name of its uid, and
+  // lines that grant nothing (COUNT 0, a CRLF line) too. Comments and lines
+  // newuidmap does not parse are not keyed to it.
+  subuid = "4646:7:0\n#fyvm:1:1\nfyvm\nfyvm2:9:1\nfyvm:5:5\r\n";
+  CHECK(why("fyvm").find("/etc/subuid:1,4,5: ") == 0);
+  CHECK(why("fyvm").find("remove every line naming 'fyvm' or 4646 (or another login name of "
+                         "uid 4646)") != std::string::npos);
+  CHECK(why("fyvm").find("usermod") == std::string::npos);  // not every line has a range
+  subuid = "fyvm:300000:10\n4646:400000:5\n";
+  CHECK(
+      why("fyvm").find("(usermod --del-subuids 300000-300009 --del-subuids 400000-400004 fyvm)") !=
+      std::string::npos);
+  // START 0 COUNT 0 grants every id (shadow's wrap): core refuses it outright.
+  subuid = "fyvm:0:0\n";
+  CHECK(why("fyvm").find("/etc/subuid:1: the line 'fyvm:0:0' grants 'fyvm' id 0") == 0);
+  CHECK(why("fyvm").find("the host wall's VM user 'fyvm' must have no subordinate uids") !=
+        std::string::npos);
+  subuid = "";
+  subgid = "fyvm:300000:10\n";
+  CHECK(why("fyvm").find("/etc/subgid:1: the VM user 'fyvm' has subordinate gids — newgidmap") ==
+        0);
+  subgid = "";
+  nsswitch = "passwd: files\nsubid: sss\n";
+  CHECK(why("fyvm").find("/etc/nsswitch.conf:2: 'subid: sss' — newuidmap asks the NSS module") ==
+        0);
+  CHECK(
+      why("fyvm").find("must have no subordinate uids, and fy-wall cannot tell that it has none") !=
+      std::string::npos);
+  nsswitch = "passwd: files\nsubid: files\n";  // the files decide, and they name no line
+  CHECK(why("fyvm").empty());
+  src.subids = nullptr;
+  CHECK(why("fyvm").find("no reader of subordinate ids") != std::string::npos);
+}
+
+TEST_CASE("the VM user's tasks: /proc status and cgroup, ancestors, who may write") {
+  auto t = parse_proc_status(
+      "Name:\tpython3\nUmask:\t0022\nState:\tS (sleeping)\nUid:\t4646\t4343\t4343\t4343\n"
+      "Gid:\t4646\t4646\t4646\t4646\nGroups:\t\n");
+  REQUIRE(t.has_value());
+  CHECK(t->name == "python3");
+  CHECK(t->uid[0] == 4646);
+  CHECK(t->uid[3] == 4343);
+  CHECK(task_is_vm_users(*t, VmUser{"fyvm", 4646, 4646}));
+  CHECK(task_is_vm_users(*t, VmUser{"x", 1, 4646}));  // by its group alone
+  CHECK_FALSE(task_is_vm_users(*t, VmUser{"x", 1, 2}));
+  CHECK_FALSE(parse_proc_status("Name:\tx\nUid:\t1\t2\t3\nGid:\t1\t2\t3\t4\n").has_value());
+  CHECK_FALSE(parse_proc_status("Name:\tx\nUid:\t1\t2\t3\t4\n").has_value());
+  CHECK_FALSE(parse_proc_status("Uid:\t1\t2\t3\tx\nGid:\t1\t2\t3\t4\n").has_value());
+  CHECK_FALSE(parse_proc_status("Uid:\t1\t2\t3\t4294967296\nGid:\t1\t2\t3\t4\n").has_value());
+
+  CHECK(proc_cgroup_v2("12:pids:/a\n1:name=systemd:/b\n0::/fy.slice/x.slice\n") ==
+        std::optional<std::string>("/fy.slice/x.slice"));
+  CHECK_FALSE(proc_cgroup_v2("1:name=systemd:/b\n").has_value());
+  CHECK(cgroup_within("/fy.slice/vm.slice", "fy.slice/vm.slice"));
+  CHECK(cgroup_within("/fy.slice/vm.slice/qemu.scope", "fy.slice/vm.slice"));
+  CHECK_FALSE(cgroup_within("/fy.slice/vm.slice2", "fy.slice/vm.slice"));
+  CHECK_FALSE(cgroup_within("/fy.slice", "fy.slice/vm.slice"));
+  CHECK_FALSE(cgroup_within("/../../fy.slice/vm.slice", "fy.slice/vm.slice"));
+  CHECK_FALSE(cgroup_within("fy.slice/vm.slice", "fy.slice/vm.slice"));
+
+  CHECK(cgroup_proper_ancestors("a/b/c") == std::vector<std::string>{"a/b", "a", ""});
+  CHECK(cgroup_proper_ancestors("a") == std::vector<std::string>{""});
+
+  const std::vector<uint32_t> groups{4646, 27};
+  CHECK_FALSE(writable_by(0, 0, 0644, 4646, groups));     // root's: the slice holds
+  CHECK(writable_by(4646, 4646, 0644, 4646, groups));     // a delegated subtree
+  CHECK_FALSE(writable_by(4646, 0, 0464, 4646, groups));  // owner bits decide for the owner
+  CHECK(writable_by(0, 27, 0664, 4646, groups));          // a supplementary group's
+  CHECK_FALSE(writable_by(0, 28, 0664, 4646, groups));
+  CHECK(writable_by(0, 0, 0666, 4646, groups));  // anyone's
+  CHECK(only_root_writes(0, 0, 0644));
+  CHECK(only_root_writes(0, 0, 0664));              // group root's
+  CHECK(only_root_writes(1000, 0, 0444));           // no one writes it
+  CHECK_FALSE(only_root_writes(1000, 1000, 0644));  // a user@1000.service of another user
+  CHECK_FALSE(only_root_writes(0, 1000, 0664));
+  CHECK_FALSE(only_root_writes(0, 0, 0646));
 }
