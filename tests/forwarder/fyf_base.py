@@ -130,3 +130,15 @@ class Rig:
                     return r
             time.sleep(0.02)
         raise AssertionError("the proxy never saw %s; rows: %s" % (target, self.proxy_rows()))
+
+
+def answer_budget_ms(sock, floor_ms=500):
+    """A hook budget the forwarder's answer fits in on this machine now: the
+    floor, or five times a probe's round trip on the same socket (a process
+    start and one query, as the hook's first query is) when the load makes
+    that longer. The assertions read the answer, so a budget it missed under
+    load failed them for the load's sake (the hook waits the whole budget only
+    when the answer refuses, so the floor is what an idle machine spends)."""
+    t0 = time.monotonic()
+    subprocess.run([FORWARDER, "--probe", "--control", sock], capture_output=True, timeout=30)
+    return max(floor_ms, int(5000 * (time.monotonic() - t0)))

@@ -31,7 +31,8 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fyf_base import (FORWARDER, GATEWAY, HOOK, ORIGIN, PROXY_PORT, Rig, get)  # noqa: E402
+from fyf_base import (FORWARDER, GATEWAY, HOOK, ORIGIN, PROXY_PORT, Rig,  # noqa: E402
+                      answer_budget_ms, get)
 from fyf_topology import source_dir  # noqa: E402
 
 UNIT = os.path.join(source_dir(), "forwarder", "exe", "fy-forwarder.service")
@@ -48,15 +49,18 @@ def probe(sock, *extra):
                           capture_output=True, text=True, timeout=10)
 
 
-def hook(sock, timeout_ms=500, wrap=None):
-    """Runs the hook; `wrap`: a shell line run first in a private mount namespace
-    of the hook's own (the runtime's mount namespace, seeing what the forwarder
-    may not)."""
+def hook(sock, timeout_ms=None, wrap=None):
+    """Runs the hook; `timeout_ms`: its budget (default: answer_budget_ms);
+    `wrap`: a shell line run first in a private mount namespace of the hook's
+    own (the runtime's mount namespace, seeing what the forwarder may not)."""
+    if timeout_ms is None:
+        timeout_ms = answer_budget_ms(sock)
     argv = [HOOK, "--control", sock, "--timeout-ms", str(timeout_ms)]
     if wrap:
         argv = ["unshare", "-m", "--propagation", "private", "sh", "-c",
                 wrap + " && exec " + " ".join(argv)]
-    return subprocess.run(argv, input="{}", capture_output=True, text=True, timeout=30)
+    return subprocess.run(argv, input="{}", capture_output=True, text=True,
+                          timeout=30 + timeout_ms / 1000)
 
 TUNNEL = r"""
 import socket, sys, time

@@ -6,6 +6,8 @@ one replaced the environment where the other extended it)."""
 
 import os
 import subprocess
+import threading
+import time
 
 
 def sh(*cmd, check=True, timeout=30, input=None, env=None, **kw):
@@ -30,3 +32,39 @@ def alive(pid):
     except (OSError, IndexError):
         return False
 
+
+
+class Lateness:
+    """Measures how late this machine wakes a sleeper while it is open: a
+    thread sleeps `tick` seconds at a time and keeps the largest overshoot.
+    A timing assertion's upper bound adds it (or a multiple, one per timer the
+    measured path waits on): on a quiet machine it is a few milliseconds and
+    the bound is as tight as written; under load it grows by what the load
+    did to every process, the measured one included, so the test fails on a
+    slow implementation, not on a busy machine. Lower bounds never add it (a
+    timer does not fire early under load).
+
+        with Lateness() as late:
+            ...timed part...
+        self.assertLess(elapsed, 2.3 + late.max)"""
+
+    def __init__(self, tick=0.01):
+        self.tick = tick
+        self.max = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop.is_set():
+            t0 = time.monotonic()
+            time.sleep(self.tick)
+            self.max = max(self.max, time.monotonic() - t0 - self.tick)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        return False

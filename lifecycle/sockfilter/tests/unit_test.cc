@@ -53,11 +53,15 @@ TEST_CASE("creates: every version spelling, both families; compat also unversion
   CHECK(act("POST", "/containers/create?name=a") == Action::create_compat);
   // libpod is versioned only; other verbs, case: no route of podman's, so
   // refused as unknown (the engine would 404/405 them).
-  for (auto [m, t] : {std::pair{"POST", "/libpod/containers/create"},
-                      {"GET", "/v4/libpod/containers/create"},
-                      {"POST", "/v4/libpod/containers/Create"},
-                      {"POST", "/v4/Libpod/containers/create"},
-                      {"POST", "/V4.0.0/libpod/containers/create"}}) {
+  for (auto mt : {std::pair{"POST", "/libpod/containers/create"},
+                  {"GET", "/v4/libpod/containers/create"},
+                  {"POST", "/v4/libpod/containers/Create"},
+                  {"POST", "/v4/Libpod/containers/create"},
+                  {"POST", "/V4.0.0/libpod/containers/create"}}) {
+    // Named copies, not a structured binding: clang 14 (the ASan build) cannot
+    // capture a binding in the lambda CHECK_MESSAGE makes.
+    const char* m = mt.first;
+    const char* t = mt.second;
     Route r = classify(m, t, true, "");
     CHECK_MESSAGE(r.action == Action::refuse, t);
     CHECK_MESSAGE(r.klass == RouteClass::unknown, t);
@@ -162,29 +166,37 @@ TEST_CASE("the other creating doors: refused, the message names the endpoint and
 
 TEST_CASE("default deny: the route table, podman's methods and scopes") {
   // Known, as podman 4.3-6.0 register them: forwarded.
-  for (auto [m, t] : {std::pair{"GET", "/_ping"}, {"HEAD", "/_ping"}, {"GET", "/libpod/_ping"},
-                      {"GET", "/v4.3.1/libpod/_ping"}, {"GET", "/v1.41/containers/json"},
-                      {"GET", "/containers/abc/json"}, {"DELETE", "/v4/libpod/containers/abc"},
-                      {"GET", "/v4/libpod/containers/abc/logs"},
-                      {"POST", "/v4/libpod/exec/e1/start"}, {"GET", "/v4/libpod/images/a/b:c/json"},
-                      {"DELETE", "/v4/libpod/images/reg/x/y"}, {"POST", "/v4/libpod/manifests/create"},
-                      {"PUT", "/v5/libpod/manifests/reg/list:1"},
-                      {"POST", "/v5/libpod/manifests/l/registry/docker.io/x"},
-                      {"GET", "/v4/libpod/containers/a/b/healthcheck"},
-                      {"PATCH", "/plugins"}, {"POST", "/v1.41/swarm/init"}, {"GET", "/nodes/"},
-                      {"PUT", "/containers/c/archive"}, {"DELETE", "/secret/s1"},
-                      {"GET", "/v6/libpod/quadlets/a.container/file"},
-                      {"POST", "/v4/libpod/pods/p1/start"}, {"POST", "/v4/libpod/system/check"}}) {
+  for (auto mt : {std::pair{"GET", "/_ping"}, {"HEAD", "/_ping"}, {"GET", "/libpod/_ping"},
+                  {"GET", "/v4.3.1/libpod/_ping"}, {"GET", "/v1.41/containers/json"},
+                  {"GET", "/containers/abc/json"}, {"DELETE", "/v4/libpod/containers/abc"},
+                  {"GET", "/v4/libpod/containers/abc/logs"},
+                  {"POST", "/v4/libpod/exec/e1/start"}, {"GET", "/v4/libpod/images/a/b:c/json"},
+                  {"DELETE", "/v4/libpod/images/reg/x/y"}, {"POST", "/v4/libpod/manifests/create"},
+                  {"PUT", "/v5/libpod/manifests/reg/list:1"},
+                  {"POST", "/v5/libpod/manifests/l/registry/docker.io/x"},
+                  {"GET", "/v4/libpod/containers/a/b/healthcheck"},
+                  {"PATCH", "/plugins"}, {"POST", "/v1.41/swarm/init"}, {"GET", "/nodes/"},
+                  {"PUT", "/containers/c/archive"}, {"DELETE", "/secret/s1"},
+                  {"GET", "/v6/libpod/quadlets/a.container/file"},
+                  {"POST", "/v4/libpod/pods/p1/start"}, {"POST", "/v4/libpod/system/check"}}) {
+    // Named copies, not a structured binding: clang 14 (the ASan build) cannot
+    // capture a binding in the lambda CHECK_MESSAGE makes.
+    const char* m = mt.first;
+    const char* t = mt.second;
     Route r = classify(m, t, false, "");
     CHECK_MESSAGE(r.action == Action::pass, m, " ", t, " ", r.reason);
   }
   // Unknown: a method the route does not take, a scope it lacks, a path it
   // does not have.
-  for (auto [m, t] : {std::pair{"HEAD", "/containers/json"}, {"GET", "/libpod/containers/json"},
-                      {"DELETE", "/secret/s1/x"}, {"GET", "/v4/secret/s1"}, {"OPTIONS", "/_ping"},
-                      {"PATCH", "/v4/libpod/containers/c/update"}, {"GET", "/v4/libpod/manifests/x"},
-                      {"POST", "/v4/libpod/containers/a/b/start"}, {"GET", "/"},
-                      {"POST", "/v4/libpod/pods/create/x"}, {"GET", "/v4/libpod/nothing"}}) {
+  for (auto mt : {std::pair{"HEAD", "/containers/json"}, {"GET", "/libpod/containers/json"},
+                  {"DELETE", "/secret/s1/x"}, {"GET", "/v4/secret/s1"}, {"OPTIONS", "/_ping"},
+                  {"PATCH", "/v4/libpod/containers/c/update"}, {"GET", "/v4/libpod/manifests/x"},
+                  {"POST", "/v4/libpod/containers/a/b/start"}, {"GET", "/"},
+                  {"POST", "/v4/libpod/pods/create/x"}, {"GET", "/v4/libpod/nothing"}}) {
+    // Named copies, not a structured binding: clang 14 (the ASan build) cannot
+    // capture a binding in the lambda CHECK_MESSAGE makes.
+    const char* m = mt.first;
+    const char* t = mt.second;
     Route r = classify(m, t, false, "");
     CHECK_MESSAGE(r.action == Action::refuse, m, " ", t);
     CHECK(r.klass == RouteClass::unknown);
