@@ -116,6 +116,7 @@ class Conn {
   bool new_field_ = true;
   bool head_done_ = false, msg_done_ = false;
   bool body_error_ = false;
+  bool trailer_error_ = false;  // the request's trailer section has a field
   Action action_ = Action::pass;
   bool chunked_out_ = false;
   std::string create_body_;
@@ -484,7 +485,12 @@ int Conn::rq_url(llhttp_t* p, const char* at, size_t n) {
 }
 int Conn::rq_field(llhttp_t* p, const char* at, size_t n) {
   Conn* c = of_parser(p);
-  if (!c->in_headers_) return 0;  // trailers: dropped
+  if (!c->in_headers_) {
+    // A field in a chunked body's trailer section: Go reads it into
+    // Request.Trailer, the filter forwards none, so the request is refused.
+    c->trailer_error_ = true;
+    return HPE_USER;
+  }
   if (c->new_field_) {
     c->head_.headers.push_back({});
     c->new_field_ = false;
@@ -528,9 +534,7 @@ int Conn::rq_body(llhttp_t* p, const char* at, size_t n) {
       return HPE_USER;
     }
     if (c->chunked_out_) {
-      char hex[32];
-      int k = snprintf(hex, sizeof hex, "%zx\r\n", n);
-      std::string chunk(hex, static_cast<size_t>(k));
+      std::string chunk = chunk_size_line(n);
       chunk.append(at, n).append("\r\n");
       c->write_upstream(std::move(chunk));
     } else {
@@ -589,7 +593,7 @@ bool Conn::parse_head() {
   head_ = RequestHead{};
   in_headers_ = true;
   new_field_ = true;
-  head_done_ = msg_done_ = body_error_ = false;
+  head_done_ = msg_done_ = body_error_ = trailer_error_ = false;
   create_body_.clear();
   body_seen_ = 0;
   request_forwarded_ = response_started_ = false;
@@ -684,6 +688,22 @@ void Conn::parse_body() {
       in_.erase(0, used);
     } else if (rc == HPE_OK) {
       in_.clear();
+    } else if (trailer_error_) {
+      // The last chunk is never sent: the engine sees a body that does not
+      // end, then the connection's close.
+      if (request_forwarded_) {
+        server_->stats.refused("trailer");
+        log::info("c{} {} {}: a trailer field in the chunked body; closing", id_, head_.method,
+                  head_.target.substr(0, 200));
+        close();
+        return;
+      }
+      refuse(400, "Bad Request",
+             std::string(kPrefix) +
+                 "a chunked body's trailer section has a field; the filter forwards no trailer "
+                 "fields, send the request without them",
+             "trailer");
+      return;
     } else if (body_error_) {
       if (action_ == Action::pass) {
         refuse(413, "Content Too Large",
@@ -726,7 +746,7 @@ void Conn::parse_body() {
 void Conn::request_done() {
   llhttp_reset(&rq_);  // also clears an Upgrade request's pause: HTTP goes on
   if (action_ == Action::pass) {
-    if (chunked_out_) write_upstream("0\r\n\r\n");
+    if (chunked_out_) write_upstream(std::string(kLastChunk));
   } else {
     Family f = action_ == Action::create_libpod ? Family::libpod : Family::compat;
     Rewrite rw = rewrite_create(create_body_, f);

@@ -1,5 +1,7 @@
 #include "src/http.h"
 
+#include <cstdio>
+
 #include "src/route.h"
 
 namespace fy::sockfilter {
@@ -103,6 +105,12 @@ std::string emit_head(const RequestHead& h, bool chunked, std::optional<uint64_t
   }
   out.append("\r\n");
   return out;
+}
+
+std::string chunk_size_line(size_t n) {
+  char hex[24];
+  int k = snprintf(hex, sizeof hex, "%zx\r\n", n);
+  return std::string(hex, static_cast<size_t>(k));
 }
 
 std::string answer(int status, std::string_view reason, std::string_view body, bool close) {

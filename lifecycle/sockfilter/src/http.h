@@ -54,6 +54,16 @@ std::optional<std::string> check_head(const RequestHead& h);
 std::string emit_head(const RequestHead& h, bool chunked, std::optional<uint64_t> length,
                       bool drop_expect);
 
+// A forwarded chunked body, as the filter frames it: each piece of body it
+// read goes up as one chunk (`chunk_size_line(n)`, the n bytes, CRLF), and the
+// body ends with kLastChunk: no chunk extension and no trailer section, ever.
+// A request whose trailer section has a field is refused before its end (see
+// docs/fy-sockfilter.md, Trailers), so nothing after the last chunk but the
+// blank line reaches the engine. The Go oracle reads these bytes back with
+// net/http's ReadRequest (tests: unit, real_sockets, fuzz_sockfilter_framing).
+std::string chunk_size_line(size_t n);
+inline constexpr std::string_view kLastChunk = "0\r\n\r\n";
+
 // A complete response the filter writes itself.
 std::string answer(int status, std::string_view reason, std::string_view body, bool close);
 
