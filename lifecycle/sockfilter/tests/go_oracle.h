@@ -45,8 +45,29 @@ class GoOracle {
   }
 
   // kind: 'L' libpod create body, 'C' compat create body, 'H' bytes sent to
-  // the engine. The answer, parsed.
+  // the engine. The answer, parsed; for 'H', the oracle's hex fields
+  // (target_hex, body_hex, rest_hex) also as bytes (target, body, rest).
   nlohmann::json ask(char kind, std::string_view payload) {
+    nlohmann::json a = ask_raw(kind, payload);
+    if (kind == 'H') {
+      a["rest"] = unhex(a["rest_hex"]);
+      for (auto& r : a["requests"]) {
+        r["target"] = unhex(r["target_hex"]);
+        r["body"] = unhex(r["body_hex"]);
+      }
+    }
+    return a;
+  }
+
+ private:
+  static std::string unhex(const std::string& h) {
+    auto v = [](char c) { return c <= '9' ? c - '0' : c - 'a' + 10; };
+    std::string o;
+    for (size_t i = 0; i + 1 < h.size(); i += 2)
+      o.push_back(static_cast<char>(v(h[i]) * 16 + v(h[i + 1])));
+    return o;
+  }
+  nlohmann::json ask_raw(char kind, std::string_view payload) {
     std::string q(1, kind);
     uint32_t n = static_cast<uint32_t>(payload.size());
     for (int s = 24; s >= 0; s -= 8) q.push_back(static_cast<char>((n >> s) & 0xFF));
@@ -58,7 +79,6 @@ class GoOracle {
     return nlohmann::json::parse(read_exact(m));
   }
 
- private:
   explicit GoOracle(const std::string& path) {
     int in[2], out[2];
     if (pipe(in) != 0 || pipe(out) != 0) die("pipe");

@@ -39,7 +39,13 @@ class Oracle:
         self.p.stdin.write(kind + struct.pack(">I", len(payload)) + payload)
         self.p.stdin.flush()
         n, = struct.unpack(">I", self.p.stdout.read(4))
-        return json.loads(self.p.stdout.read(n))
+        a = json.loads(self.p.stdout.read(n))
+        if kind == b"H":  # bytes come in hex; here as latin-1 text
+            a["rest"] = bytes.fromhex(a["rest_hex"]).decode("latin-1")
+            for r in a["requests"]:
+                r["target"] = bytes.fromhex(r["target_hex"]).decode("latin-1")
+                r["body"] = bytes.fromhex(r["body_hex"]).decode("latin-1")
+        return a
 
     def protected(self, family, body):
         """The protected fields some podman binds in `body`: a list of

@@ -19,9 +19,10 @@
 //	    it or it was null) and annotations the map as bound (merged).
 //	'H' the bytes a proxy wrote to the engine: read with net/http.ReadRequest,
 //	    request after request, each body read to its end as the server does.
-//	    Answer: {"requests":[{method,target,proto,header,content_length,
-//	    transfer_encoding,body,trailer,close,body_error}],"error","rest"}: error
-//	    is what ended the reading (empty at a clean end), rest the bytes left.
+//	    Answer: {"requests":[{method,target_hex,proto,host,header,
+//	    content_length,transfer_encoding,body_hex,trailer,close,body_error}],
+//	    "error","rest_hex"}: error is what ended the reading (empty at a clean
+//	    end), rest the bytes left; bytes in hex, as they need not be UTF-8.
 //
 // The non-protected fields are json.RawMessage: the oracle accepts any value
 // there, so it never reports less binding than podman (which may also refuse
@@ -33,6 +34,7 @@ import (
 	"bytes"
 	"embed"
 	"encoding/binary"
+	"encoding/hex"
 	stdjson "encoding/json"
 	"errors"
 	"fmt"
@@ -175,13 +177,13 @@ func decode(e engine, libpod bool, body []byte) view {
 
 type request struct {
 	Method           string              `json:"method"`
-	Target           string              `json:"target"`
+	Target           string              `json:"target_hex"`
 	Proto            string              `json:"proto"`
 	Host             string              `json:"host"`
 	Header           map[string][]string `json:"header"`
 	ContentLength    int64               `json:"content_length"`
 	TransferEncoding []string            `json:"transfer_encoding"`
-	Body             string              `json:"body"`
+	Body             string              `json:"body_hex"`
 	Trailer          map[string][]string `json:"trailer"`
 	Close            bool                `json:"close"`
 	BodyError        string              `json:"body_error"`
@@ -205,9 +207,9 @@ func readStream(data []byte) map[string]interface{} {
 		}
 		body, berr := io.ReadAll(req.Body)
 		r := request{
-			Method: req.Method, Target: req.RequestURI, Proto: req.Proto, Host: req.Host,
+			Method: req.Method, Target: hex.EncodeToString([]byte(req.RequestURI)), Proto: req.Proto, Host: req.Host,
 			Header: req.Header, ContentLength: req.ContentLength,
-			TransferEncoding: req.TransferEncoding, Body: string(body),
+			TransferEncoding: req.TransferEncoding, Body: hex.EncodeToString(body),
 			Trailer: req.Trailer, Close: req.Close,
 		}
 		if berr != nil {
@@ -223,7 +225,7 @@ func readStream(data []byte) map[string]interface{} {
 	if reqs == nil {
 		reqs = []request{}
 	}
-	return map[string]interface{}{"requests": reqs, "error": ending, "rest": string(rest)}
+	return map[string]interface{}{"requests": reqs, "error": ending, "rest_hex": hex.EncodeToString(rest)}
 }
 
 func serve() error {
