@@ -50,7 +50,9 @@ struct Model {
   Forwarded* cur = nullptr;
 };
 
-Model* of(llhttp_t* p) { return static_cast<Model*>(p->data); }
+Model* of(llhttp_t* p) {
+  return static_cast<Model*>(p->data);
+}
 
 int on_url(llhttp_t* p, const char* at, size_t n) {
   if (of(p)->in_headers) of(p)->head.target.append(at, n);

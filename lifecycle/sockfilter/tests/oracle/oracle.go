@@ -16,7 +16,8 @@
 //	    source has them). Answer: {"views":[{"engine","decoder","error",
 //	    "runtime","annotations"}]}, where runtime is the runtime field as bound
 //	    (libpod oci_runtime, compat HostConfig.Runtime; null when no key bound
-//	    it or it was null) and annotations the map as bound (merged).
+//	    it or it was null), annotations the map as bound (merged), and
+//	    hostconfig whether a key bound compat's HostConfig.
 //	'H' the bytes a proxy wrote to the engine: read with net/http.ReadRequest,
 //	    request after request, each body read to its end as the server does.
 //	    Answer: {"requests":[{method,target_hex,proto,host,header,
@@ -126,6 +127,7 @@ type view struct {
 	Error       *string           `json:"error"`
 	Runtime     *string           `json:"runtime"`
 	Annotations map[string]string `json:"annotations"`
+	HostConfig  bool              `json:"hostconfig"` // compat: a key bound HostConfig (not null)
 }
 
 func field(v reflect.Value, jsonName string) reflect.Value {
@@ -163,6 +165,7 @@ func decode(e engine, libpod bool, body []byte) view {
 	if libpod {
 		rt, ann = field(v, "oci_runtime"), field(v, "annotations")
 	} else if hc := field(v, "HostConfig"); !hc.IsNil() {
+		out.HostConfig = true
 		rt, ann = field(hc.Elem(), "Runtime"), field(hc.Elem(), "Annotations")
 	}
 	if rt.IsValid() && !rt.IsNil() {
