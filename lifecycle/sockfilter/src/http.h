@@ -25,6 +25,17 @@ struct RequestHead {
   std::optional<uint64_t> content_length;
   bool keep_alive = true;
 
+  // Empties it for the next request, keeping the headers' storage.
+  void reset() {
+    method.clear();
+    target.clear();
+    major = minor = 1;
+    headers.clear();
+    chunked = false;
+    content_length.reset();
+    keep_alive = true;
+  }
+
   // The first value of a header, by case-insensitive name; nullptr if absent.
   const std::string* get(std::string_view name) const;
   size_t count(std::string_view name) const;
