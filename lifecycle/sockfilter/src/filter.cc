@@ -57,9 +57,10 @@ class Conn {
 
   // Writes `data` to a side. Upstream writes before the connect completes wait
   // in pending_up_.
-  void write_client(std::string data);
-  void write_upstream(std::string data);
-  void write(uv_pipe_t* p, std::string data, bool to_client);
+  // The bytes are copied only when they cannot be written at once.
+  void write_client(std::string_view data);
+  void write_upstream(std::string_view data);
+  void write(uv_pipe_t* p, std::string_view data, bool to_client);
   void flow();  // applies the watermarks to both sides' reading
 
   void drive();                    // parses what in_ holds, as far as the state allows
@@ -116,6 +117,7 @@ class Conn {
   bool new_field_ = true;
   bool head_done_ = false, msg_done_ = false;
   bool body_error_ = false;
+  bool trailer_error_ = false;  // the request's trailer section has a field
   Action action_ = Action::pass;
   bool chunked_out_ = false;
   std::string create_body_;
@@ -215,39 +217,39 @@ void Conn::on_connect(uv_connect_t* r, int status) {
   c->flow();
 }
 
-void Conn::write_client(std::string data) {
+void Conn::write_client(std::string_view data) {
   if (data.empty()) return;
-  write(&client_, std::move(data), true);
+  write(&client_, data, true);
 }
 
-void Conn::write_upstream(std::string data) {
+void Conn::write_upstream(std::string_view data) {
   if (data.empty() || up_failed_) return;
   if (!up_connected_) {
     pending_up_.append(data);
     return;
   }
-  write(&upstream_, std::move(data), false);
+  write(&upstream_, data, false);
 }
 
-void Conn::write(uv_pipe_t* p, std::string data, bool to_client) {
+void Conn::write(uv_pipe_t* p, std::string_view data, bool to_client) {
   // Nothing queued on that side: try the write now. A whole write needs no
   // request (and spares libuv's POLLOUT re-arm, an epoll_ctl per message);
   // what is left goes through uv_write, behind nothing, so order is kept.
   if ((to_client ? writes_client_ : writes_up_) == 0) {
-    uv_buf_t b0 = uv_buf_init(data.data(), static_cast<unsigned>(data.size()));
+    uv_buf_t b0 = uv_buf_init(const_cast<char*>(data.data()), static_cast<unsigned>(data.size()));
     int n = uv_try_write(reinterpret_cast<uv_stream_t*>(p), &b0, 1);
     if (n == static_cast<int>(data.size())) {
       flow();
       return;
     }
     if (n > 0) {
-      data.erase(0, static_cast<size_t>(n));
+      data.remove_prefix(static_cast<size_t>(n));
     } else if (n != UV_EAGAIN) {
       close();
       return;
     }
   }
-  auto* w = new WriteReq{{}, std::move(data), this, to_client};
+  auto* w = new WriteReq{{}, std::string(data), this, to_client};
   w->req.data = w;
   uv_buf_t b = uv_buf_init(w->data.data(), static_cast<unsigned>(w->data.size()));
   int rc = uv_write(&w->req, reinterpret_cast<uv_stream_t*>(p), &b, 1, on_write);
@@ -325,7 +327,7 @@ void Conn::on_client_read(uv_stream_t* s, ssize_t n, const uv_buf_t* b) {
   }
   if (n == 0) return;
   if (c->state_ == State::raw) {
-    c->write_upstream(std::string(b->base, static_cast<size_t>(n)));
+    c->write_upstream(std::string_view(b->base, static_cast<size_t>(n)));
     return;
   }
   if (c->closing_after_flush_) return;  // lingering: what the client still sends is dropped
@@ -484,7 +486,12 @@ int Conn::rq_url(llhttp_t* p, const char* at, size_t n) {
 }
 int Conn::rq_field(llhttp_t* p, const char* at, size_t n) {
   Conn* c = of_parser(p);
-  if (!c->in_headers_) return 0;  // trailers: dropped
+  if (!c->in_headers_) {
+    // A field in a chunked body's trailer section: Go reads it into
+    // Request.Trailer, the filter forwards none, so the request is refused.
+    c->trailer_error_ = true;
+    return HPE_USER;
+  }
   if (c->new_field_) {
     c->head_.headers.push_back({});
     c->new_field_ = false;
@@ -528,13 +535,11 @@ int Conn::rq_body(llhttp_t* p, const char* at, size_t n) {
       return HPE_USER;
     }
     if (c->chunked_out_) {
-      char hex[32];
-      int k = snprintf(hex, sizeof hex, "%zx\r\n", n);
-      std::string chunk(hex, static_cast<size_t>(k));
+      std::string chunk = chunk_size_line(n);
       chunk.append(at, n).append("\r\n");
       c->write_upstream(std::move(chunk));
     } else {
-      c->write_upstream(std::string(at, n));
+      c->write_upstream(std::string_view(at, n));
     }
   } else {
     if (c->body_seen_ > c->server_->cfg.create_body_max) {
@@ -586,10 +591,10 @@ bool Conn::parse_head() {
     refuse(400, "Bad Request", std::string(kPrefix) + *bad, "head_malformed");
     return false;
   }
-  head_ = RequestHead{};
+  head_.reset();
   in_headers_ = true;
   new_field_ = true;
-  head_done_ = msg_done_ = body_error_ = false;
+  head_done_ = msg_done_ = body_error_ = trailer_error_ = false;
   create_body_.clear();
   body_seen_ = 0;
   request_forwarded_ = response_started_ = false;
@@ -684,6 +689,22 @@ void Conn::parse_body() {
       in_.erase(0, used);
     } else if (rc == HPE_OK) {
       in_.clear();
+    } else if (trailer_error_) {
+      // The last chunk is never sent: the engine sees a body that does not
+      // end, then the connection's close.
+      if (request_forwarded_) {
+        server_->stats.refused("trailer");
+        log::info("c{} {} {}: a trailer field in the chunked body; closing", id_, head_.method,
+                  head_.target.substr(0, 200));
+        close();
+        return;
+      }
+      refuse(400, "Bad Request",
+             std::string(kPrefix) +
+                 "a chunked body's trailer section has a field; the filter forwards no trailer "
+                 "fields, send the request without them",
+             "trailer");
+      return;
     } else if (body_error_) {
       if (action_ == Action::pass) {
         refuse(413, "Content Too Large",
@@ -726,7 +747,7 @@ void Conn::parse_body() {
 void Conn::request_done() {
   llhttp_reset(&rq_);  // also clears an Upgrade request's pause: HTTP goes on
   if (action_ == Action::pass) {
-    if (chunked_out_) write_upstream("0\r\n\r\n");
+    if (chunked_out_) write_upstream(kLastChunk);
   } else {
     Family f = action_ == Action::create_libpod ? Family::libpod : Family::compat;
     Rewrite rw = rewrite_create(create_body_, f);
@@ -798,7 +819,7 @@ void Conn::on_upstream_read(uv_stream_t* s, ssize_t n, const uv_buf_t* b) {
 
 void Conn::on_upstream_data(const char* p, size_t n) {
   if (state_ == State::raw) {
-    write_client(std::string(p, n));
+    write_client(std::string_view(p, n));
     return;
   }
   if (!request_forwarded_) {
@@ -815,7 +836,7 @@ void Conn::on_upstream_data(const char* p, size_t n) {
     if (rc == HPE_OK) break;
     if (rc != HPE_PAUSED) {
       log::warn("c{} the engine's response does not parse: {}", id_, llhttp_errno_name(rc));
-      write_client(std::string(p, static_cast<size_t>(cur - p)));
+      write_client(std::string_view(p, static_cast<size_t>(cur - p)));
       close_after_flush();
       return;
     }
@@ -825,12 +846,12 @@ void Conn::on_upstream_data(const char* p, size_t n) {
     left -= used;
     if (resp_raw_) {
       // Everything after the switching head is the stream's.
-      write_client(std::string(p, n));
+      write_client(std::string_view(p, n));
       go_raw();
       return;
     }
     // A final response is whole.
-    write_client(std::string(p, static_cast<size_t>(cur - p)));
+    write_client(std::string_view(p, static_cast<size_t>(cur - p)));
     p = cur;
     n = left;
     llhttp_reset(&rs_);
@@ -857,7 +878,7 @@ void Conn::on_upstream_data(const char* p, size_t n) {
     flow();
     return;
   }
-  write_client(std::string(p, n));
+  write_client(std::string_view(p, n));
 }
 
 void Conn::go_raw() {

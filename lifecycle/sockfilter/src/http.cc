@@ -1,5 +1,7 @@
 #include "src/http.h"
 
+#include <cstdio>
+
 #include "src/route.h"
 
 namespace fy::sockfilter {
@@ -34,27 +36,34 @@ bool RequestHead::expects_continue() const {
   return e && ieq(*e, "100-continue");
 }
 
+namespace {
+// Bytes check_raw_head looks at: CR, LF, and control bytes but HT.
+struct Special {
+  bool b[256] = {};
+  constexpr Special() {
+    for (int c = 0; c < 0x20; ++c) b[c] = c != '\t';
+    b[0x7F] = true;
+  }
+};
+constexpr Special kSpecial;
+}  // namespace
+
 std::optional<std::string> check_raw_head(std::string_view head) {
   if (head.empty() || !(head[0] >= 'A' && head[0] <= 'Z')) {
     return "the request does not start with a method";
   }
-  bool line_start = true;
-  bool first_line = true;
   for (size_t i = 0; i < head.size(); ++i) {
     unsigned char c = static_cast<unsigned char>(head[i]);
+    if (!kSpecial.b[c]) continue;
     if (c == '\n') return "the head has a line ending in a bare LF (CRLF is required)";
-    if (c == '\r') {
-      if (i + 1 >= head.size() || head[i + 1] != '\n') return "the head has a CR without LF";
-      ++i;
-      line_start = true;
-      first_line = false;
-      continue;
-    }
-    if (line_start && !first_line && (c == ' ' || c == '\t')) {
+    if (c != '\r') return "the head has a control byte";
+    if (i + 1 >= head.size() || head[i + 1] != '\n') return "the head has a CR without LF";
+    ++i;
+    // The next line starts here: a header line starting with SP or HT is
+    // obs-fold.
+    if (i + 1 < head.size() && (head[i + 1] == ' ' || head[i + 1] == '\t')) {
       return "the head has a folded header line (obs-fold)";
     }
-    line_start = false;
-    if ((c < 0x20 && c != '\t') || c == 0x7F) return "the head has a control byte";
   }
   return std::nullopt;
 }
@@ -103,6 +112,12 @@ std::string emit_head(const RequestHead& h, bool chunked, std::optional<uint64_t
   }
   out.append("\r\n");
   return out;
+}
+
+std::string chunk_size_line(size_t n) {
+  char hex[24];
+  int k = snprintf(hex, sizeof hex, "%zx\r\n", n);
+  return std::string(hex, static_cast<size_t>(k));
 }
 
 std::string answer(int status, std::string_view reason, std::string_view body, bool close) {

@@ -25,6 +25,17 @@ struct RequestHead {
   std::optional<uint64_t> content_length;
   bool keep_alive = true;
 
+  // Empties it for the next request, keeping the headers' storage.
+  void reset() {
+    method.clear();
+    target.clear();
+    major = minor = 1;
+    headers.clear();
+    chunked = false;
+    content_length.reset();
+    keep_alive = true;
+  }
+
   // The first value of a header, by case-insensitive name; nullptr if absent.
   const std::string* get(std::string_view name) const;
   size_t count(std::string_view name) const;
@@ -53,6 +64,16 @@ std::optional<std::string> check_head(const RequestHead& h);
 // else `Content-Length: <length>` when `length` is set, else none.
 std::string emit_head(const RequestHead& h, bool chunked, std::optional<uint64_t> length,
                       bool drop_expect);
+
+// A forwarded chunked body, as the filter frames it: each piece of body it
+// read goes up as one chunk (`chunk_size_line(n)`, the n bytes, CRLF), and the
+// body ends with kLastChunk: no chunk extension and no trailer section, ever.
+// A request whose trailer section has a field is refused before its end (see
+// docs/fy-sockfilter.md, Trailers), so nothing after the last chunk but the
+// blank line reaches the engine. The Go oracle reads these bytes back with
+// net/http's ReadRequest (tests: unit, real_sockets, fuzz_sockfilter_framing).
+std::string chunk_size_line(size_t n);
+inline constexpr std::string_view kLastChunk = "0\r\n\r\n";
 
 // A complete response the filter writes itself.
 std::string answer(int status, std::string_view reason, std::string_view body, bool close);

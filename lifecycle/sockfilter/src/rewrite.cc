@@ -190,23 +190,32 @@ class Scanner {
     return true;
   }
 
-  static Mode child_mode(Mode m, const std::string& k) {
+  // A key as each of podman's decoders reads it: `simple` for encoding/json
+  // (podman 4.3, 5.x), `lower` for json-iterator (podman 6). A key binds to a
+  // field named `name` (ASCII, lower case) when either equals it.
+  struct Key {
+    std::string simple, lower;
+    bool is(std::string_view name) const { return simple == name || lower == name; }
+  };
+
+  static Mode child_mode(Mode m, const Key& k) {
     switch (m) {
       case Mode::libpod_top:
-        return k == "annotations" ? Mode::annotations : Mode::none;
+        return k.is("annotations") ? Mode::annotations : Mode::none;
       case Mode::compat_top:
-        return k == "hostconfig" ? Mode::hostconfig : Mode::none;
+        return k.is("hostconfig") ? Mode::hostconfig : Mode::none;
       case Mode::hostconfig:
-        return k == "annotations" ? Mode::annotations : Mode::none;
+        return k.is("annotations") ? Mode::annotations : Mode::none;
       default:
         return Mode::none;
     }
   }
-  static bool drops(Mode m, const std::string& k) {
+  static bool drops(Mode m, const Key& k) {
     switch (m) {
-      case Mode::libpod_top: return k == "oci_runtime";
-      case Mode::hostconfig: return k == "runtime";
-      case Mode::annotations: return is_runtime_annotation(k);
+      case Mode::libpod_top: return k.is("oci_runtime");
+      case Mode::hostconfig: return k.is("runtime");
+      case Mode::annotations:
+        return is_runtime_annotation(k.simple) || is_runtime_annotation(k.lower);
       default: return false;
     }
   }
@@ -275,7 +284,9 @@ class Scanner {
   bool object(int depth, Mode mode, std::string* out) {
     size_t open = pos_;
     ++pos_;
-    std::unordered_set<std::string> seen;
+    // Keys as each decoder folds them: two keys that one decoder binds alike
+    // would be merged by it.
+    std::unordered_set<std::string> seen_simple, seen_lower;
     struct Member {
       size_t sep_begin, key_begin;  // separator text: [sep_begin, key_begin)
       std::string text;             // key .. value, rewritten
@@ -296,8 +307,11 @@ class Scanner {
       size_t key_begin = pos_;
       std::string key;
       if (!string(&key)) return false;
-      std::string folded = fold(key);
-      if (!seen.insert(folded).second) {
+      Key k{fold(key), fold_lower(key)};
+      // Both inserts run: a key must enter both sets.
+      bool fresh = seen_simple.insert(k.simple).second;
+      fresh = seen_lower.insert(k.lower).second && fresh;
+      if (!fresh) {
         return fail("the key \"" + key.substr(0, 64) +
                     "\" repeats another key of its object (exactly or in another letter case); "
                     "the engine would merge them");
@@ -309,15 +323,16 @@ class Scanner {
       Member m{sep_begin, key_begin, {}, true};
       std::string* mo = out ? &m.text : nullptr;
       if (mo) mo->append(in_.substr(key_begin, pos_ - key_begin));
-      Mode cm = out ? child_mode(mode, folded) : Mode::none;
+      Mode cm = out ? child_mode(mode, k) : Mode::none;
       if (!value(depth + 1, cm, mo)) return false;
-      if (out && drops(mode, folded)) {
+      if (out && drops(mode, k)) {
         m.keep = false;
         ++stripped_;
+        bool gvisor = k.simple.rfind("dev.gvisor.", 0) == 0 || k.lower.rfind("dev.gvisor.", 0) == 0;
         Stripped kind = mode == Mode::libpod_top   ? Stripped::oci_runtime
                         : mode == Mode::hostconfig ? Stripped::hostconfig_runtime
-                        : folded.rfind("dev.gvisor.", 0) == 0 ? Stripped::gvisor_annotation
-                                                               : Stripped::sandbox_annotation;
+                        : gvisor                   ? Stripped::gvisor_annotation
+                                                   : Stripped::sandbox_annotation;
         ++by_kind_[static_cast<int>(kind)];
       }
       if (out) members.push_back(std::move(m));

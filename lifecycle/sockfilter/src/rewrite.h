@@ -1,14 +1,17 @@
 // The create-body rewrite: strips every runtime-selecting field from a
 // container-create body and keeps every other byte as written.
 //
-// podman decodes create bodies with json-iterator's std-compatible config: a
-// key binds to a struct field exactly or, failing that, after strings.ToLower
-// (so `OCI_Runtime`, `ANNOTATIONS`, `hostconfig` all bind), a repeated key
-// merges into the same map, and trailing data after the value is ignored. So
-// this rewrite, to see exactly what the engine will see:
-//   - refuses a key that repeats another in the same object, exactly or after
-//     case folding (fold() in route.h), at every level;
-//   - strips in any key case: libpod `oci_runtime`; compat
+// podman decodes create bodies with a stream decoder of Go's: encoding/json
+// (podman 4.3 and 5.x) or json-iterator's std-compatible config (podman 6).
+// A key binds to a struct field exactly or, failing that, case-insensitively
+// by Go's Unicode case mapping: encoding/json by simple folding (fold() in
+// route.h: `HoſtConfig`, `annotationſ` bind), json-iterator by
+// strings.ToLower (fold_lower(): `oci_runtİme` binds). A repeated key merges
+// into the same map, and trailing data after the value is ignored. So this
+// rewrite, to see exactly what either engine will see:
+//   - refuses a key that repeats another in the same object, exactly or as
+//     either decoder folds it, at every level;
+//   - strips every key that either decoder binds to: libpod `oci_runtime`; compat
 //     `HostConfig.Runtime`; and in libpod `annotations` / compat
 //     `HostConfig.Annotations` every key that starts `dev.gvisor.` or names
 //     the sandbox runsc would join (io.kubernetes.cri.sandbox-id and

@@ -1,5 +1,8 @@
 #include "src/route.h"
 
+#include "src/go_case_table.h"
+
+#include <iterator>
 #include <vector>
 
 namespace fy::sockfilter {
@@ -415,6 +418,20 @@ bool match(std::string_view pat, std::string_view s) {
   return false;
 }
 
+// Each pattern's literal prefix (the bytes before its first `{`, or all of
+// it), computed once: a request's path is compared with it before match()
+// runs, so most of the table is passed over in a few compares.
+struct Prefixes {
+  size_t len[std::size(kTable)];
+  Prefixes() {
+    for (size_t i = 0; i < std::size(kTable); ++i) {
+      size_t b = kTable[i].pattern.find('{');
+      len[i] = b == std::string_view::npos ? kTable[i].pattern.size() : b;
+    }
+  }
+};
+const Prefixes kPrefixes;
+
 uint8_t method_bit(std::string_view m) {
   if (m == "GET") return G;
   if (m == "HEAD") return H;
@@ -464,26 +481,53 @@ Route judge(Door door, std::string_view method, std::string_view shown, std::str
 
 }  // namespace
 
-std::string fold(std::string_view s) {
+namespace {
+
+// Maps every rune of `s` through `table` (runes not in it, and bytes that are
+// not UTF-8, are kept as they are) and ASCII upper case to lower case.
+template <size_t N>
+std::string fold_with(std::string_view s, const GoCaseFold (&table)[N]) {
   std::string out;
   out.reserve(s.size());
   for (size_t i = 0; i < s.size(); ++i) {
     unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c >= 'A' && c <= 'Z') {
-      out.push_back(static_cast<char>(c + 32));
-    } else if (c == 0xE2 && i + 2 < s.size() && static_cast<unsigned char>(s[i + 1]) == 0x84 &&
-               static_cast<unsigned char>(s[i + 2]) == 0xAA) {
-      out.push_back('k');  // U+212A KELVIN SIGN
-      i += 2;
-    } else if (c == 0xC5 && i + 1 < s.size() && static_cast<unsigned char>(s[i + 1]) == 0xBF) {
-      out.push_back('s');  // U+017F LATIN SMALL LETTER LONG S
-      i += 1;
-    } else {
-      out.push_back(static_cast<char>(c));
+    if (c < 0x80) {
+      out.push_back(static_cast<char>(c >= 'A' && c <= 'Z' ? c + 32 : c));
+      continue;
     }
+    size_t n = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+    if (n > 1 && i + n <= s.size()) {
+      char32_t cp = c & (0x7F >> n);
+      bool ok = true;
+      for (size_t k = 1; k < n; ++k) {
+        unsigned char d = static_cast<unsigned char>(s[i + k]);
+        ok = ok && (d & 0xC0) == 0x80;
+        cp = (cp << 6) | (d & 0x3F);
+      }
+      static constexpr char32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
+      if (ok && cp >= kMin[n]) {  // an overlong form is not that rune for Go
+        char ascii = 0;
+        for (const GoCaseFold& f : table) {
+          if (f.rune == cp) ascii = f.ascii;
+        }
+        if (ascii) {
+          out.push_back(ascii);
+        } else {
+          out.append(s.substr(i, n));
+        }
+        i += n - 1;
+        continue;
+      }
+    }
+    out.push_back(static_cast<char>(c));
   }
   return out;
 }
+
+}  // namespace
+
+std::string fold(std::string_view s) { return fold_with(s, kEncodingJsonFold); }
+std::string fold_lower(std::string_view s) { return fold_with(s, kJsoniterLower); }
 
 size_t version_prefix(std::string_view path) {
   if (path.size() < 4 || path[0] != '/' || path[1] != 'v') return 0;
@@ -556,8 +600,16 @@ Route classify(std::string_view method, std::string_view target, bool has_body,
   };
   bool matched = false;
   Route best;
-  for (const Entry& e : kTable) {
-    if (!(e.scope & scope) || !(e.methods & mbit) || !match(e.pattern, rest)) continue;
+  for (size_t i = 0; i < std::size(kTable); ++i) {
+    const Entry& e = kTable[i];
+    if (!(e.scope & scope) || !(e.methods & mbit)) continue;
+    size_t b = kPrefixes.len[i];
+    if (rest.size() < b) continue;
+    // Bytes 1 and 8 first (the family, and the libpod resource): cheap
+    // early outs of the same prefix compare.
+    if ((b > 1 && rest[1] != e.pattern[1]) || (b > 8 && rest[8] != e.pattern[8])) continue;
+    if (rest.compare(0, b, e.pattern.substr(0, b)) != 0) continue;
+    if (!match(e.pattern, rest)) continue;
     Route r = judge(e.door, method, shown, query, has_body);
     if (!matched || rank(r) > rank(best)) best = std::move(r);
     matched = true;

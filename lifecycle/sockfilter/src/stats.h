@@ -30,7 +30,7 @@ inline constexpr std::string_view kRefusalCodes[] = {
     "kube_play", "restore_import", "build_isolation", "build_volume", "local_path", "quadlets",
     "image_scp",
     // bodies
-    "create_unparseable", "create_too_large", "body_too_large", "body_timeout",
+    "create_unparseable", "create_too_large", "body_too_large", "body_timeout", "trailer",
     // the engine
     "upstream_unreachable",
 };

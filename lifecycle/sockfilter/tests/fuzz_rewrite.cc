@@ -5,16 +5,27 @@
 //     (found with nlohmann's parse callback), as podman's merging decoder
 //     would otherwise unite them;
 //   - the output, parsed, equals the input parsed minus the stripped fields
-//     (removed from the reference tree by folded key, as jsoniter binds them);
+//     (removed from the reference tree by key as either of podman's decoders
+//     binds it: fold() for encoding/json, fold_lower() for json-iterator);
 //   - nothing stripped means the output is the input, byte for byte.
-// When the input repeats a key (folded), the rewrite must refuse it.
+// When the input repeats a key (as either decoder folds it), the rewrite must
+// refuse it.
+// And, against the Go oracle (go_oracle.h), which decodes as podman 4.3, 5.8
+// and 6.0 do (encoding/json, json-iterator, podman's real field sets):
+//   - nothing the oracle binds to a protected field in the output survives:
+//     no runtime field, no runtime annotation, for any engine that accepts
+//     the output;
+//   - an engine that accepts the input accepts the output (the rewrite breaks
+//     no body podman would take).
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <unordered_set>
 #include <vector>
 
+#include "go_oracle.h"
 #include "src/rewrite.h"
 #include "src/route.h"
 
@@ -23,32 +34,41 @@ using nlohmann::json;
 
 namespace {
 
+// A key as either of podman's decoders binds it (encoding/json: fold,
+// json-iterator: fold_lower) names `name`.
+bool named(const std::string& key, std::string_view name) {
+  return fold(key) == name || fold_lower(key) == name;
+}
+
 void strip_annotations(json& a) {
   if (!a.is_object()) return;
   for (auto it = a.begin(); it != a.end();) {
-    if (is_runtime_annotation(fold(it.key()))) it = a.erase(it);
-    else ++it;
+    if (is_runtime_annotation(fold(it.key())) || is_runtime_annotation(fold_lower(it.key()))) {
+      it = a.erase(it);
+    } else {
+      ++it;
+    }
   }
 }
 
 void strip_model(json& v, Family f) {
   if (!v.is_object()) return;
   for (auto it = v.begin(); it != v.end();) {
-    std::string k = fold(it.key());
-    if (f == Family::libpod && k == "oci_runtime") {
+    const std::string k = it.key();
+    if (f == Family::libpod && named(k, "oci_runtime")) {
       it = v.erase(it);
       continue;
     }
-    if (f == Family::libpod && k == "annotations") strip_annotations(it.value());
-    if (f == Family::compat && k == "hostconfig" && it.value().is_object()) {
+    if (f == Family::libpod && named(k, "annotations")) strip_annotations(it.value());
+    if (f == Family::compat && named(k, "hostconfig") && it.value().is_object()) {
       json& hc = it.value();
       for (auto h = hc.begin(); h != hc.end();) {
-        std::string hk = fold(h.key());
-        if (hk == "runtime") {
+        const std::string hk = h.key();
+        if (named(hk, "runtime")) {
           h = hc.erase(h);
           continue;
         }
-        if (hk == "annotations") strip_annotations(h.value());
+        if (named(hk, "annotations")) strip_annotations(h.value());
         ++h;
       }
     }
@@ -65,16 +85,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Rewrite r = rewrite_create(body, f);
 
   bool dup = false;
-  std::vector<std::unordered_set<std::string>> stack;
+  std::vector<std::unordered_set<std::string>> stack, stack_lower;
   json in;
   bool in_ok = true;
   try {
     in = json::parse(body, [&](int, json::parse_event_t ev, json& parsed) {
-      if (ev == json::parse_event_t::object_start) stack.emplace_back();
-      else if (ev == json::parse_event_t::object_end) stack.pop_back();
-      else if (ev == json::parse_event_t::key && !stack.empty() &&
-               !stack.back().insert(fold(parsed.get<std::string>())).second) {
-        dup = true;
+      if (ev == json::parse_event_t::object_start) {
+        stack.emplace_back();
+        stack_lower.emplace_back();
+      } else if (ev == json::parse_event_t::object_end) {
+        stack.pop_back();
+        stack_lower.pop_back();
+      } else if (ev == json::parse_event_t::key && !stack.empty()) {
+        const std::string k = parsed.get<std::string>();
+        if (!stack.back().insert(fold(k)).second) dup = true;
+        if (!stack_lower.back().insert(fold_lower(k)).second) dup = true;
       }
       return true;
     });
@@ -99,5 +124,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (in != out) abort();
   if (r.stripped == 0 && r.body != body) abort();
   if (r.stripped > 0 && r.body.size() >= body.size()) abort();
+
+  fy::sockfilter::test::GoOracle* o = fy::sockfilter::test::GoOracle::get();
+  if (!o) {
+    fprintf(stderr, "fuzz_sockfilter_rewrite needs the Go oracle (install golang-go)\n");
+    abort();
+  }
+  char kind = f == Family::libpod ? 'L' : 'C';
+  auto runtime_annotation = [](const std::string& k) {
+    return is_runtime_annotation(fold(k)) || is_runtime_annotation(fold_lower(k));
+  };
+  json go_in = o->ask(kind, body);
+  json go_out = r.stripped == 0 ? go_in : o->ask(kind, r.body);
+  for (size_t i = 0; i < go_out["views"].size(); ++i) {
+    const json& v = go_out["views"][i];
+    if (v["error"].is_null()) {
+      if (fy::sockfilter::test::binds_protected(v, runtime_annotation)) abort();
+    } else if (go_in["views"][i]["error"].is_null()) {
+      abort();  // the engine took the input and refuses the output
+    }
+  }
   return 0;
 }

@@ -105,6 +105,7 @@ class Upstream:
     def reset(self):
         with self.lock:
             self.requests.clear()
+            self.raw.clear()
 
     def _accept(self):
         while not self.stop:
@@ -116,13 +117,16 @@ class Upstream:
 
     def _serve(self, c):
         buf = bytearray()
-        f = c.makefile("rb", buffering=0)
+        raw = bytearray()  # everything this connection received, for the Go oracle
+        with self.lock:
+            self.raw.append(raw)
 
         def read_more():
             d = c.recv(65536)
             if not d:
                 raise EOFError
             buf.extend(d)
+            raw.extend(d)
 
         def line():
             while b"\n" not in buf:

@@ -9,10 +9,19 @@ under gVisor (uname -r inside is 4.4.0) with no dev.gvisor.* annotation left;
 `podman --url unix://<filtered>` runs, attaches, execs with and without -i (the
 half-close reaches cat), follows logs and removes; the probe passes.
 
+Go's key mapping against the real engine: creates on the raw engine socket
+whose `annotations` or `HostConfig` key is spelled with a non-ASCII rune (U+017F,
+U+0130, U+0131, U+212A) bind exactly when the Go oracle says podman 4.3.1's
+decoder (encoding/json, Debian's Go 1.19) binds them; and one the engine binds,
+through the filter, carrying a dev.gvisor.* annotation, runs under gVisor with
+that annotation gone and the others kept.
+
 podman 4.3 (Debian 12) ignores oci_runtime even on the raw socket, so here the
 strip and the engine's own ignorance look alike (ADR-0025 says so for 5.8);
-the recording-upstream tests are what pin the strip. Exits 77, saying why,
-without root, podman or runsc."""
+the recording-upstream tests are what pin the strip. podman 6's decoder
+(json-iterator, which also binds U+0130) has no engine here: the oracle stands
+for it (test_go_oracle.py). Exits 77, saying why, without root, podman, runsc
+or the Go oracle (golang-go)."""
 import json
 import os
 import shutil
@@ -24,6 +33,7 @@ import tempfile
 import time
 
 BIN = os.environ.get("FY_SOCKFILTER")
+ORACLE = os.environ.get("FY_SOCKFILTER_ORACLE", "")
 IMAGE = "localhost/fy-sf-bb:1"
 
 
@@ -97,6 +107,12 @@ def main():
     if not BIN:
         print("FY_SOCKFILTER is not set")
         return 1
+    if not ORACLE or not os.access(ORACLE, os.X_OK):
+        skip("go is not installed (golang-go, golang-github-json-iterator-go-dev): "
+             "the Go oracle the key checks compare the engine with was not built")
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from test_go_oracle import Oracle  # noqa: E402
+    oracle = Oracle(ORACLE)
     tmp = tempfile.mkdtemp(prefix="fy-sf-live-%d-" % os.getpid())
     # A storage of its own: the machine's shared one holds other engineers'
     # containers, some with network namespaces mounted only in their mount
@@ -183,6 +199,67 @@ def main():
             check(b"4.4.0" in logs and insp["OCIRuntime"] == "runsc-fy" and
                   not any(k.lower().startswith("dev.gvisor.") for k in ann),
                   "%s: asked for crun, ran under %s, uname -r %r" % (what, insp["OCIRuntime"], logs[-20:]))
+        # Go's key mapping: the real engine (podman 4.3.1, encoding/json built
+        # with Debian's Go 1.19) binds a non-ASCII spelling exactly when the
+        # oracle's podman 4.3.1 view does.
+        def view431(kind, body):
+            views = oracle.ask(kind, json.dumps(body, ensure_ascii=False).encode())["views"]
+            return [v for v in views if v["engine"] == "podman 4.3.1"][0]
+
+        def create_raw(path, body):
+            st, out = http(engine, "POST", path, body)
+            if st != 201:
+                return None
+            cid = json.loads(out)["Id"]
+            names.append(cid)
+            _, insp = http(engine, "GET", "/v4.0.0/libpod/containers/%s/json" % cid)
+            return json.loads(insp)
+
+        bound_seen = set()
+        for key in ("annotation\u017f", "annotat\u0130ons", "annotat\u0131ons", "ANNOTATIONS"):
+            body = {"image": IMAGE, "command": ["true"], key: {"fy.probe": "1"}}
+            insp = create_raw("/v4.0.0/libpod/containers/create", body)
+            got = insp is not None and ((insp.get("Config") or {}).get("Annotations") or {}).get("fy.probe") == "1"
+            want = (view431(b"L", body)["annotations"] or {}).get("fy.probe") == "1"
+            bound_seen.add(got)
+            check(insp is not None and got == want,
+                  "libpod key %r: the engine binds it %s, the oracle says %s" % (key, got, want))
+        for key in ("Ho\u017ftConfig", "HostConf\u0130g", "hostconfig", "HOSTCONFIG"):
+            body = {"Image": IMAGE, "Cmd": ["true"], key: {"Memory": 67108864}}
+            insp = create_raw("/v1.41/containers/create", body)
+            got = insp is not None and (insp.get("HostConfig") or {}).get("Memory") == 67108864
+            want = view431(b"C", body)["hostconfig"]
+            bound_seen.add(got)
+            check(insp is not None and got == want,
+                  "compat key %r: the engine binds it %s, the oracle says %s" % (key, got, want))
+        check(bound_seen == {True, False}, "the spellings tried bind and do not bind: %r" % bound_seen)
+        # Through the filter: a spelling the engine binds, carrying runtime
+        # selection, runs under gVisor with it gone and the rest kept.
+        for what, path, spec in [
+                ("libpod annotation\u017f", "/v4.0.0/libpod/containers/create",
+                 {"image": IMAGE, "command": ["uname", "-r"], "oci_runtime": "crun",
+                  "annotation\u017f": {"dev.gvisor.spec.rootfs.source": "/", "fy.probe": "1"}}),
+                ("compat Ho\u017ftConfig", "/v1.41/containers/create",
+                 {"Image": IMAGE, "Cmd": ["uname", "-r"],
+                  "Ho\u017ftConfig": {"Runtime": "crun", "Memory": 67108864}})]:
+            st, body = http(filtered, "POST", path, spec)
+            if st != 201:
+                check(False, "%s: create answered %d %s" % (what, st, body[:200]))
+                continue
+            cid = json.loads(body)["Id"]
+            names.append(cid)
+            http(filtered, "POST", "/v4.0.0/libpod/containers/%s/start" % cid)
+            http(filtered, "POST", "/v4.0.0/libpod/containers/%s/wait?condition=exited" % cid)
+            _, logs = http(filtered, "GET", "/v4.0.0/libpod/containers/%s/logs?stdout=true" % cid)
+            _, insp = http(filtered, "GET", "/v4.0.0/libpod/containers/%s/json" % cid)
+            insp = json.loads(insp)
+            ann = (insp.get("Config") or {}).get("Annotations") or {}
+            kept = ann.get("fy.probe") == "1" if "libpod" in what else \
+                (insp.get("HostConfig") or {}).get("Memory") == 67108864
+            check(b"4.4.0" in logs and insp["OCIRuntime"] == "runsc-fy" and kept and
+                  not any(k.lower().startswith("dev.gvisor.") for k in ann),
+                  "%s through the filter: ran under %s, uname -r %r, the rest kept %s, annotations %r"
+                  % (what, insp["OCIRuntime"], logs[-20:], kept, sorted(ann)[:8]))
         # The podman CLI through the filtered socket.
         r = run(["run", "--rm", IMAGE, "uname", "-r"])
         check(r.returncode == 0 and r.stdout.strip() == "4.4.0", "podman run: uname -r %r %s" % (r.stdout, r.stderr[-200:]))
@@ -260,6 +337,7 @@ def main():
                 http(engine, "DELETE", "/v4.0.0/libpod/containers/%s?force=true" % n)
             except OSError:
                 pass
+        oracle.close()
         for proc in (flt, eng):
             if proc is not None:
                 proc.terminate()

@@ -257,7 +257,7 @@ def t_pipelined_creates(f, up):
 def t_chunked_and_expect_creates(f, up):
     b = b'{"image":"bb","oci_runtime":"crun"}'
     chunked = (b"POST /v4/libpod/containers/create HTTP/1.1\r\nHost: d\r\nTransfer-Encoding: chunked\r\n\r\n"
-               b"5;ext=1\r\n" + b[:5] + b"\r\n%x\r\n" % (len(b) - 5) + b[5:] + b"\r\n0\r\nX-Trailer: 1\r\n\r\n")
+               b"5;ext=1\r\n" + b[:5] + b"\r\n%x\r\n" % (len(b) - 5) + b[5:] + b"\r\n0\r\n\r\n")
     (st, _, _), = exchange(f, chunked)
     assert st == 201
     # Expect: the filter answers 100 itself, before the body is sent.

@@ -212,11 +212,30 @@ TEST_CASE("default deny: the route table, podman's methods and scopes") {
   CHECK(classify("POST", "//x", true, "").klass == RouteClass::bad_target);
 }
 
-TEST_CASE("fold: ASCII plus the two letters Go folds onto ASCII") {
+TEST_CASE("fold and fold_lower: ASCII plus the runes Go's tables map onto ASCII") {
   CHECK(fold("OCI_Runtime") == "oci_runtime");
   CHECK(fold("\xE2\x84\xAA") == "k");   // KELVIN SIGN
   CHECK(fold("\xC5\xBF") == "s");       // LONG S
+  CHECK(fold("\xC4\xB0") == "\xC4\xB0");  // I WITH DOT ABOVE: no simple fold to 'i'
   CHECK(fold("\xC3\x89") == "\xC3\x89");  // others kept
+  CHECK(fold_lower("OCI_RUNT\xC4\xB0ME") == "oci_runtime");  // unicode.ToLower(U+0130) = 'i'
+  CHECK(fold_lower("\xE2\x84\xAA") == "k");
+  CHECK(fold_lower("\xC5\xBF") == "\xC5\xBF");  // LONG S is lower case already
+  CHECK(fold_lower("\xE0\x84\xB0") == "\xE0\x84\xB0");  // U+0130 overlong: not U+0130 for Go
+  CHECK(fold_lower("a\xC4") == "a\xC4");  // a truncated rune is kept
+}
+
+TEST_CASE("rewrite: keys Go maps onto a protected name are stripped, in both families") {
+  CHECK(strip("{\"image\":\"bb\",\"oci_runt\xC4\xB0me\":\"crun\"}") == R"({"image":"bb"})");
+  CHECK(strip("{\"annotat\xC4\xB0ons\":{\"dev.gvisor.x\":\"1\",\"a\":\"b\"}}") ==
+        "{\"annotat\xC4\xB0ons\":{\"a\":\"b\"}}");
+  Rewrite r = rewrite_create(
+      "{\"HostConf\xC4\xB0g\":{\"Runt\xC4\xB0me\":\"crun\","
+      "\"Annotation\xC5\xBF\":{\"dev.gvisor.x\":\"1\"}}}",
+      Family::compat);
+  REQUIRE(r.ok);
+  CHECK(r.body == "{\"HostConf\xC4\xB0g\":{\"Annotation\xC5\xBF\":{}}}");
+  CHECK(r.stripped == 2);
 }
 
 TEST_CASE("rewrite libpod: oci_runtime in any case is stripped, the rest kept byte for byte") {
